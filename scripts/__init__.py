@@ -1,0 +1,1 @@
+"""Developer scripts: ONNX model builders, the example repository generator and a sample client."""

@@ -1,0 +1,134 @@
+"""Write the example model repository: simple, simple_int32, mlp, resnet18, identity_bytes.
+
+Usage: python scripts/gen_models.py [OUT_DIR] [--skip-existing]   (OUT_DIR defaults to `models`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as `python scripts/gen_models.py`, Python puts scripts/ on sys.path, not the repo root.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from onnx import TensorProto
+
+from scripts import models
+
+
+def write_simple(repo: Path) -> Path:
+    config = """\
+name: "simple"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+"""
+    return models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), config)
+
+
+def write_simple_int32(repo: Path) -> Path:
+    config = """\
+name: "simple_int32"
+backend: "onnxruntime"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+"""
+    return models.write_model(repo, "simple_int32", models.simple(TensorProto.INT32), config)
+
+
+def write_mlp(repo: Path) -> Path:
+    config = """\
+name: "mlp"
+backend: "onnxruntime"
+max_batch_size: 64
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 256 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 10 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+dynamic_batching { }
+"""
+    return models.write_model(repo, "mlp", models.mlp(), config)
+
+
+def write_resnet18(repo: Path) -> Path:
+    config = """\
+name: "resnet18"
+platform: "onnxruntime_onnx"
+max_batch_size: 32
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching {
+  preferred_batch_size: [ 8, 16 ]
+  max_queue_delay_microseconds: 2000
+}
+"""
+    return models.write_model(repo, "resnet18", models.resnet18(), config)
+
+
+def write_identity_bytes(repo: Path) -> Path:
+    config = """\
+name: "identity_bytes"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+    return models.write_model(repo, "identity_bytes", models.bytes_identity(), config)
+
+
+EXAMPLES: tuple[tuple[str, Callable[[Path], Path]], ...] = (
+    ("simple", write_simple),
+    ("simple_int32", write_simple_int32),
+    ("mlp", write_mlp),
+    ("resnet18", write_resnet18),
+    ("identity_bytes", write_identity_bytes),
+)
+
+
+def write_example_repository(repo: Path, *, skip_existing: bool = False) -> list[Path]:
+    """Write every example model under `repo`; returns the model directories written."""
+    written: list[Path] = []
+    for name, write in EXAMPLES:
+        if skip_existing and (repo / name).exists():
+            print(f"skipped {repo / name} (exists)")
+            continue
+        start_s = time.perf_counter()
+        model_dir = write(repo)
+        size_bytes = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file())
+        elapsed_s = time.perf_counter() - start_s
+        print(f"wrote   {model_dir} ({size_bytes / 1e6:.1f} MB, {elapsed_s:.2f} s)")
+        written.append(model_dir)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the example model repository.")
+    parser.add_argument("out_dir", nargs="?", type=Path, default=Path("models"))
+    parser.add_argument(
+        "--skip-existing", action="store_true", help="leave model directories that already exist"
+    )
+    args = parser.parse_args(argv)
+    write_example_repository(args.out_dir, skip_existing=args.skip_existing)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
