@@ -1,0 +1,172 @@
+"""`OrtInstance`: an ONNX Runtime session driven through IO binding on its own worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from backends.base import ExecutionResult, ModelSignature, TensorMap, TensorSignature
+from backends.errors import ExecutionError, ModelLoadError
+from backends.onnxruntime._settings import OrtSettings
+from proto import model_config_pb2 as mc
+
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16; the onnx package is not a runtime dependency
+
+# ONNX Runtime's type strings -> config data types.
+_ORT_TYPES: dict[str, int] = {
+    "tensor(bool)": mc.TYPE_BOOL,
+    "tensor(uint8)": mc.TYPE_UINT8,
+    "tensor(uint16)": mc.TYPE_UINT16,
+    "tensor(uint32)": mc.TYPE_UINT32,
+    "tensor(uint64)": mc.TYPE_UINT64,
+    "tensor(int8)": mc.TYPE_INT8,
+    "tensor(int16)": mc.TYPE_INT16,
+    "tensor(int32)": mc.TYPE_INT32,
+    "tensor(int64)": mc.TYPE_INT64,
+    "tensor(float16)": mc.TYPE_FP16,
+    "tensor(float)": mc.TYPE_FP32,
+    "tensor(double)": mc.TYPE_FP64,
+    "tensor(string)": mc.TYPE_STRING,
+    "tensor(bfloat16)": mc.TYPE_BF16,
+}
+
+
+class OrtInstance:
+    """One session of one model version; `execute` runs on the instance's single worker thread."""
+
+    def __init__(self, name: str, session: ort.InferenceSession, signature: ModelSignature):
+        self._name = name
+        self._session = session
+        self._signature = signature
+        self._output_names = [t.name for t in signature.outputs]
+        self._bf16_inputs = {t.name for t in signature.inputs if t.data_type == mc.TYPE_BF16}
+        self._bf16_outputs = {t.name for t in signature.outputs if t.data_type == mc.TYPE_BF16}
+        # ONNX Runtime binds only non-string tensors; string models go through run().
+        self._uses_strings = any(
+            t.data_type == mc.TYPE_STRING for t in (*signature.inputs, *signature.outputs)
+        )
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    @classmethod
+    def load(cls, name: str, model_path: Path, settings: OrtSettings) -> OrtInstance:
+        """Open a CPU session; blocking, so call it from a thread."""
+        try:
+            session = ort.InferenceSession(
+                str(model_path),
+                sess_options=settings.session_options(),
+                providers=["CPUExecutionProvider"],
+            )
+        except Exception as exc:  # ORT raises its own exception types for bad files
+            raise ModelLoadError(f"failed to load '{model_path}': {exc}") from exc
+        return cls(name, session, read_onnx_signature(session))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self._signature
+
+    async def execute(self, inputs: TensorMap) -> ExecutionResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker, self._run, inputs)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+    def _run(self, inputs: TensorMap) -> ExecutionResult:
+        try:
+            if self._uses_strings:
+                return self._run_plain(inputs)
+            return self._run_bound(inputs)
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            raise ExecutionError(f"instance '{self._name}': {exc}") from exc
+
+    def _run_bound(self, inputs: TensorMap) -> ExecutionResult:
+        start_ns = time.monotonic_ns()
+        binding = self._session.io_binding()
+        for name, array in inputs.items():
+            if name in self._bf16_inputs:
+                value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    np.ascontiguousarray(array), _ONNX_BFLOAT16
+                )
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in self._output_names:
+            binding.bind_output(name, "cpu")
+        bound_ns = time.monotonic_ns()
+        self._session.run_with_iobinding(binding)
+        ran_ns = time.monotonic_ns()
+        outputs = {
+            name: _bf16_bits(value) if name in self._bf16_outputs else value.numpy()
+            for name, value in zip(self._output_names, binding.get_outputs(), strict=True)
+        }
+        done_ns = time.monotonic_ns()
+        return ExecutionResult(outputs, bound_ns - start_ns, ran_ns - bound_ns, done_ns - ran_ns)
+
+    def _run_plain(self, inputs: TensorMap) -> ExecutionResult:
+        start_ns = time.monotonic_ns()
+        feed = {name: _to_ort_strings(name, array) for name, array in inputs.items()}
+        fed_ns = time.monotonic_ns()
+        values = self._session.run(self._output_names, feed)
+        ran_ns = time.monotonic_ns()
+        outputs = {
+            name: _from_ort_strings(value) if value.dtype == object else value
+            for name, value in zip(self._output_names, values, strict=True)
+        }
+        done_ns = time.monotonic_ns()
+        return ExecutionResult(outputs, fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns)
+
+
+def read_onnx_signature(session: ort.InferenceSession) -> ModelSignature:
+    """The inputs and outputs a session declares, as config data types and -1 dynamic dims."""
+    return ModelSignature(
+        inputs=tuple(_tensor_signature(arg) for arg in session.get_inputs()),
+        outputs=tuple(_tensor_signature(arg) for arg in session.get_outputs()),
+    )
+
+
+def _tensor_signature(arg: Any) -> TensorSignature:
+    data_type = _ORT_TYPES.get(arg.type)
+    if data_type is None:
+        raise ModelLoadError(f"tensor '{arg.name}' has type {arg.type}, which is not supported")
+    shape = tuple(dim if isinstance(dim, int) and dim >= 0 else -1 for dim in arg.shape)
+    return TensorSignature(arg.name, data_type, shape)
+
+
+def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:
+    if array.dtype != object:
+        return array
+    # ORT's Python binding turns bytes into their repr, so hand it text; its strings are UTF-8.
+    try:
+        return np.vectorize(_decode_utf8, otypes=[object])(array)
+    except UnicodeDecodeError as exc:
+        raise ExecutionError(
+            f"input '{name}' holds bytes that are not UTF-8, which ONNX Runtime string tensors "
+            f"require: {exc}"
+        ) from exc
+
+
+def _decode_utf8(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _from_ort_strings(array: np.ndarray) -> np.ndarray:
+    return np.vectorize(lambda s: s.encode("utf-8"), otypes=[object])(array)
+
+
+def _bf16_bits(value: ort.OrtValue) -> np.ndarray:
+    # NumPy has no bfloat16: copy the raw bits out as uint16.
+    raw = ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes())
+    return np.frombuffer(raw, dtype=np.uint16).reshape(value.shape()).copy()

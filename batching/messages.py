@@ -1,0 +1,53 @@
+"""Data exchanged with the batcher: what executors return and what each request gets back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy.typing as npt
+
+TensorMap = Mapping[str, npt.NDArray[Any]]
+
+
+class Outcome(Protocol):
+    """What one execution produced (a backend's result satisfies this structurally)."""
+
+    @property
+    def outputs(self) -> Mapping[str, npt.NDArray[Any]]: ...
+    @property
+    def compute_input_ns(self) -> int: ...
+    @property
+    def compute_infer_ns(self) -> int: ...
+    @property
+    def compute_output_ns(self) -> int: ...
+
+
+class Executor(Protocol):
+    """Runs one batch; one executor per model instance, never two batches at once."""
+
+    async def execute(self, inputs: TensorMap) -> Outcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """One request's outputs and the time it spent in each stage."""
+
+    outputs: Mapping[str, npt.NDArray[Any]]
+    queue_ns: int  # from enqueue until its batch started executing
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    """One execution, reported once per batch to the batcher's observer."""
+
+    batch_size: int  # sum of the requests' batch sizes (1 for a non-batching model)
+    request_count: int
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+    succeeded: bool

@@ -1,0 +1,138 @@
+"""`App`: the composition root. Builds the repository, engine and front ends; starts and stops them."""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+
+import grpc
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+from prometheus_client import CollectorRegistry, start_http_server
+
+from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
+from server.engine import Engine
+from server.grpc import InferenceServicer
+from server.metrics import StatsCollector
+from server.repository import Repository
+from server.settings import ServerSettings
+
+_log = logging.getLogger(__name__)
+
+INFERENCE_SERVICE = "inference.GRPCInferenceService"
+
+
+def convoy_version() -> str:
+    try:
+        return metadata.version("convoy")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class App:
+    """One server process: load models, serve gRPC (+ health, reflection) and metrics, stop cleanly."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.repository = Repository(settings.model_repository, settings.model_load_threads)
+        self.engine = Engine(self.repository, settings.strict_readiness)
+        self.grpc_port = settings.grpc_port
+        self.metrics_port = settings.metrics_port
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.repository.load_all()
+        _log.info("models:\n%s", model_table(self.repository))
+        self._health = health_aio.HealthServicer()
+        self._server = self._build_grpc_server()
+        self.grpc_port = self._server.add_insecure_port(
+            f"{self.settings.host}:{self.settings.grpc_port}"
+        )
+        if self.grpc_port == 0:
+            raise OSError(f"cannot bind gRPC to {self.settings.host}:{self.settings.grpc_port}")
+        await self._server.start()
+        self._metrics_server = None
+        if self.settings.allow_metrics:
+            registry = CollectorRegistry()
+            registry.register(StatsCollector(self.repository))
+            self._metrics_server, _ = start_http_server(
+                self.settings.metrics_port, addr=self.settings.host, registry=registry
+            )
+            self.metrics_port = self._metrics_server.server_port
+        await self._set_health()
+        _log.info(
+            "serving gRPC on %s:%d%s",
+            self.settings.host,
+            self.grpc_port,
+            f", metrics on :{self.metrics_port}/metrics" if self._metrics_server else "",
+        )
+
+    async def stop(self) -> None:
+        """Readiness goes false, new requests get UNAVAILABLE, in-flight ones finish (bounded)."""
+        timeout_s = self.settings.exit_timeout_s
+        drained = self.engine.drain(timeout_s)
+        await self._set_health()
+        if not await drained:
+            _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
+        await self._server.stop(grace=1.0)
+        await self.repository.unload_all(timeout_s=1.0)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        _log.info("stopped")
+
+    def _build_grpc_server(self) -> grpc.aio.Server:
+        limit = self.settings.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ]
+        )
+        servicer = InferenceServicer(self.engine, convoy_version())
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        services = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(services, server, pool=_reflection_pool())
+        return server
+
+    async def _set_health(self) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.engine.ready()
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", INFERENCE_SERVICE):
+            await self._health.set(service, status)
+
+
+def _reflection_pool() -> DescriptorPool:
+    # Convoy's descriptors live in a private pool (see proto._pool); reflection also needs
+    # health's and its own, which live in the default pool, so it gets a pool holding all four.
+    pool = DescriptorPool()
+    for file in (
+        model_config_pb2.DESCRIPTOR,
+        grpc_service_pb2.DESCRIPTOR,
+        health_pb2.DESCRIPTOR,
+        reflection_pb2.DESCRIPTOR,
+    ):
+        pool.AddSerializedFile(file.serialized_pb)
+    return pool
+
+
+def model_table(repository: Repository) -> str:
+    """The model / version / status table Triton logs at start."""
+    rows = [
+        (name, "" if s.version is None else str(s.version), s.state.value + (f": {s.reason}" if s.reason else ""))
+        for name, s in repository.index()
+    ]
+    headers = ("Model", "Version", "Status")
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "|" + "|".join(f" {c:<{w}} " for c, w in zip(cells, widths, strict=True)) + "|"
+
+    return "\n".join([rule, line(headers), rule, *(line(r) for r in rows), rule])

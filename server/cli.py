@@ -1,0 +1,110 @@
+"""`convoy serve ...`: command-line flags onto `ServerSettings`, then run until a signal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvloop
+
+from server.app import App, convoy_version
+from server.errors import ServerError
+from server.settings import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
+
+_log = logging.getLogger("convoy")
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="convoy", description="Serve a Triton-style model repository over Triton's protocol."
+    )
+    parser.add_argument("--version", action="version", version=f"convoy {convoy_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a model repository")
+    serve.add_argument("--model-repository", type=Path, required=True, metavar="DIR")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
+    serve.add_argument("--metrics-port", type=int, default=8002, help="0 picks a free port")
+    serve.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL")
+    serve.add_argument(
+        "--strict-readiness",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="ready only when every model is ready (default true)",
+    )
+    serve.add_argument(
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        help="how long shutdown waits for in-flight requests (default 30)",
+    )
+    serve.add_argument(
+        "--grpc-max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help=f"largest gRPC message received or sent (default {DEFAULT_MAX_MESSAGE_BYTES})",
+    )
+    serve.add_argument(
+        "--model-load-thread-count", type=int, default=4, help="models loaded in parallel"
+    )
+    serve.add_argument("--log-verbose", type=int, default=0, metavar="N", help="0: info, 1+: debug")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> ServerSettings:
+    return ServerSettings(
+        model_repository=args.model_repository,
+        host=args.host,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        allow_metrics=args.allow_metrics,
+        strict_readiness=args.strict_readiness,
+        exit_timeout_s=args.exit_timeout_secs,
+        max_message_bytes=args.grpc_max_message_bytes,
+        model_load_threads=args.model_load_thread_count,
+        log_verbose=args.log_verbose,
+    )
+
+
+async def serve(settings: ServerSettings) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    app = App(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await app.start()
+    await stop.wait()
+    _log.info("signal received: draining")
+    await app.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_from(args)
+    logging.basicConfig(
+        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        uvloop.run(serve(settings))
+    except (OSError, ValueError, ServerError) as exc:
+        _log.error("cannot serve: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,99 @@
+"""`Engine`: the one call the front ends make per request, independent of the wire protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy.typing as npt
+
+from backends import BackendError
+from batching import BatcherClosedError
+from server.errors import ServerError, ServerStoppingError
+from server.inference import InferInput, TensorSpec, check_request
+from server.repository import ModelVersion, Repository
+
+
+@dataclass(frozen=True, slots=True)
+class InferOutput:
+    """One output to send back, with the config's declaration of it."""
+
+    spec: TensorSpec
+    array: npt.NDArray[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse:
+    """What a front end encodes for the client."""
+
+    model: str
+    version: int
+    outputs: list[InferOutput]
+
+
+class Engine:
+    """Routes requests to model versions, tracks requests in flight, and refuses when stopping."""
+
+    def __init__(self, repository: Repository, strict_readiness: bool = True) -> None:
+        self.repository = repository
+        self._strict_readiness = strict_readiness
+        self._stopping = False
+        self._in_flight = 0
+
+    async def start(self) -> None:
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def ready(self) -> bool:
+        if self._stopping:
+            return False
+        return self.repository.all_ready() if self._strict_readiness else True
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new requests and wait (bounded) for those in flight; True if all finished."""
+        self._stopping = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def infer(
+        self, model: str, version: str, inputs: Sequence[InferInput], outputs: Sequence[str]
+    ) -> InferResponse:
+        if self._stopping:
+            raise ServerStoppingError("Server is stopping and accepts no new requests")
+        target = self.repository.get(model, version)
+        arrays, batch_size = check_request(target.io, inputs, outputs)
+        start_ns = time.monotonic_ns()
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            result = await target.batcher.infer(arrays, batch_size)
+        except (BackendError, BatcherClosedError, ServerError):
+            target.stats.record_failure(time.monotonic_ns() - start_ns)
+            raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+        target.stats.record_success(result, time.monotonic_ns() - start_ns)
+        return _response(target, result.outputs, outputs)
+
+
+def _response(
+    target: ModelVersion, produced: Any, requested: Sequence[str]
+) -> InferResponse:
+    names = requested or list(target.io.outputs)
+    return InferResponse(
+        target.name,
+        target.version,
+        [InferOutput(target.io.outputs[name], produced[name]) for name in names],
+    )

@@ -1,0 +1,29 @@
+"""Errors raised by the server's domain code; `server.grpc.status` maps each to a status code."""
+
+
+class ServerError(Exception):
+    """Base of every server error."""
+
+
+class ServerStoppingError(ServerError):
+    """The server is shutting down and takes no new requests."""
+
+
+class ModelNotFoundError(ServerError):
+    """No model (or no such version of it) exists in the repository."""
+
+
+class ModelNotReadyError(ServerError):
+    """The model exists but has no ready version to serve the request."""
+
+
+class ConfigError(ServerError):
+    """A config.pbtxt, or the config a model file implies, is invalid."""
+
+
+class InvalidInputError(ServerError):
+    """A request's inputs, outputs or parameters do not fit the model or the protocol."""
+
+
+class UnsupportedError(ServerError):
+    """The request asks for a feature Convoy does not provide (in this mode)."""

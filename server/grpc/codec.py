@@ -1,0 +1,193 @@
+"""Tensors between protobuf and NumPy: raw and typed contents, BYTES length prefixes."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from proto import grpc_service_pb2 as pb
+from server.datatypes import BY_WIRE, DataType
+from server.engine import InferResponse
+from server.errors import InvalidInputError, UnsupportedError
+from server.inference import InferInput
+
+_LENGTH = struct.Struct("<I")
+
+# Which typed `contents` field carries each wire data type (FP16 and BF16 only travel raw).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
+    """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT."""
+    raw = request.raw_input_contents
+    if raw:
+        if len(raw) != len(request.inputs):
+            raise InvalidInputError(
+                f"expected {len(request.inputs)} raw input contents, one per input, but got "
+                f"{len(raw)} for model '{request.model_name}'"
+            )
+        for tensor in request.inputs:
+            if tensor.HasField("contents"):
+                raise InvalidInputError(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{request.model_name}'"
+                )
+    decoded = []
+    for index, tensor in enumerate(request.inputs):
+        datatype = _datatype(tensor.datatype, tensor.name)
+        shape = tuple(tensor.shape)
+        if any(dim < 0 for dim in shape):
+            raise InvalidInputError(f"input '{tensor.name}' has a negative dimension: {list(shape)}")
+        if raw:
+            array = decode_raw(tensor.name, datatype, shape, raw[index])
+        elif tensor.HasField("contents"):
+            array = _decode_typed(tensor, datatype, shape)
+        else:
+            raise InvalidInputError(
+                f"input '{tensor.name}' for model '{request.model_name}' carries no data: set "
+                "raw_input_contents or contents"
+            )
+        decoded.append(InferInput(tensor.name, datatype.wire, shape, array))
+    return decoded
+
+
+def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
+    """Names of the outputs asked for; empty means every output of the model."""
+    for output in request.outputs:
+        if "classification" in output.parameters:
+            raise UnsupportedError(
+                f"output '{output.name}': the classification extension is not supported yet"
+            )
+    return [output.name for output in request.outputs]
+
+
+def decode_raw(
+    name: str, datatype: DataType, shape: tuple[int, ...], data: bytes
+) -> npt.NDArray[Any]:
+    """A raw buffer as an array of `shape`; fixed-size types are zero-copy views."""
+    count = _element_count(shape)
+    if datatype.wire == "BYTES":
+        return _decode_bytes(name, data, count).reshape(shape)
+    expected = count * datatype.item_size_bytes
+    if len(data) != expected:
+        raise InvalidInputError(
+            f"unexpected total byte size {len(data)} for input '{name}', expecting {expected} "
+            f"({datatype.wire} {list(shape)})"
+        )
+    return np.frombuffer(data, dtype=datatype.numpy).reshape(shape)
+
+
+def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferResponse:
+    """Outputs in raw_output_contents, as Triton's gRPC front end always answers."""
+    message = pb.ModelInferResponse(
+        model_name=response.model, model_version=str(response.version), id=request_id
+    )
+    for output in response.outputs:
+        tensor = message.outputs.add()
+        tensor.name = output.spec.name
+        tensor.datatype = output.spec.datatype.wire
+        tensor.shape.extend(output.array.shape)
+        message.raw_output_contents.append(encode_raw(output.spec.datatype, output.array))
+    return message
+
+
+def encode_raw(datatype: DataType, array: npt.NDArray[Any]) -> bytes:
+    if datatype.wire == "BYTES":
+        return encode_bytes(array)
+    return np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
+
+
+def encode_bytes(array: npt.NDArray[Any]) -> bytes:
+    """BYTES elements, each a 4-byte little-endian length and then the bytes."""
+    parts = []
+    for item in array.flat:
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def _decode_bytes(name: str, data: bytes, count: int) -> npt.NDArray[Any]:
+    items = np.empty(count, dtype=object)
+    offset = 0
+    for index in range(count):
+        if offset + 4 > len(data):
+            raise InvalidInputError(
+                f"input '{name}': BYTES data ends after {index} of {count} elements "
+                f"(no room for the 4-byte length of element {index})"
+            )
+        (length,) = _LENGTH.unpack_from(data, offset)
+        offset += 4
+        if offset + length > len(data):
+            raise InvalidInputError(
+                f"input '{name}': BYTES element {index} declares {length} bytes, but only "
+                f"{len(data) - offset} remain"
+            )
+        items[index] = data[offset : offset + length]
+        offset += length
+    if offset != len(data):
+        raise InvalidInputError(
+            f"input '{name}': {len(data) - offset} bytes left over after {count} BYTES elements"
+        )
+    return items
+
+
+def _decode_typed(
+    tensor: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...]
+) -> npt.NDArray[Any]:
+    field = _CONTENTS_FIELD.get(datatype.wire)
+    if field is None:
+        raise InvalidInputError(
+            f"input '{tensor.name}': {datatype.wire} has no typed contents field; send it in "
+            "raw_input_contents"
+        )
+    values: Sequence[Any] = getattr(tensor.contents, field)
+    count = _element_count(shape)
+    if len(values) != count:
+        raise InvalidInputError(
+            f"input '{tensor.name}': {len(values)} {datatype.wire} values in contents, but "
+            f"shape {list(shape)} holds {count}"
+        )
+    if datatype.wire == "BYTES":
+        items = np.empty(count, dtype=object)
+        items[:] = list(values)
+        return items.reshape(shape)
+    try:
+        return np.array(list(values), dtype=datatype.numpy).reshape(shape)
+    except OverflowError as exc:
+        raise InvalidInputError(
+            f"input '{tensor.name}': a value does not fit in {datatype.wire}: {exc}"
+        ) from exc
+
+
+def _datatype(wire: str, name: str) -> DataType:
+    datatype = BY_WIRE.get(wire)
+    if datatype is None:
+        raise InvalidInputError(
+            f"input '{name}' has unknown datatype '{wire}' (expected one of {sorted(BY_WIRE)})"
+        )
+    return datatype
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count

@@ -1,0 +1,77 @@
+"""Building the protobuf answers of the metadata, statistics and repository RPCs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from proto import grpc_service_pb2 as pb
+from server.inference import ModelIO, TensorSpec
+from server.repository import ModelState, ModelVersion, VersionStatus
+from server.stats import Duration, ModelStats
+
+
+def model_metadata(target: ModelVersion, ready_versions: Iterable[int]) -> pb.ModelMetadataResponse:
+    """Name, ready versions, platform and tensors (batching models show a -1 batch dim)."""
+    return pb.ModelMetadataResponse(
+        name=target.name,
+        versions=[str(v) for v in ready_versions],
+        platform=target.config.platform or target.config.backend,
+        inputs=[_tensor(spec, target.io) for spec in target.io.inputs.values()],
+        outputs=[_tensor(spec, target.io) for spec in target.io.outputs.values()],
+    )
+
+
+def _tensor(spec: TensorSpec, io: ModelIO) -> pb.ModelMetadataResponse.TensorMetadata:
+    shape = [-1, *spec.dims] if io.max_batch_size > 0 else list(spec.dims)
+    return pb.ModelMetadataResponse.TensorMetadata(
+        name=spec.name, datatype=spec.datatype.wire, shape=shape
+    )
+
+
+def model_statistics(target: ModelVersion) -> pb.ModelStatistics:
+    stats: ModelStats = target.stats
+    return pb.ModelStatistics(
+        name=target.name,
+        version=str(target.version),
+        last_inference=stats.last_inference_ms,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(stats.success),
+            fail=_duration(stats.fail),
+            queue=_duration(stats.queue),
+            compute_input=_duration(stats.compute_input),
+            compute_infer=_duration(stats.compute_infer),
+            compute_output=_duration(stats.compute_output),
+            cache_hit=pb.StatisticDuration(),
+            cache_miss=pb.StatisticDuration(),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=size,
+                compute_input=_duration(durations.compute_input),
+                compute_infer=_duration(durations.compute_infer),
+                compute_output=_duration(durations.compute_output),
+            )
+            for size, durations in sorted(stats.batches.items())
+        ],
+    )
+
+
+def _duration(duration: Duration) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=duration.count, ns=duration.total_ns)
+
+
+def index_entries(
+    statuses: Iterable[tuple[str, VersionStatus]], ready_only: bool
+) -> list[pb.RepositoryIndexResponse.ModelIndex]:
+    return [
+        pb.RepositoryIndexResponse.ModelIndex(
+            name=name,
+            version="" if status.version is None else str(status.version),
+            state=status.state.value,
+            reason=status.reason,
+        )
+        for name, status in statuses
+        if not ready_only or status.state is ModelState.READY
+    ]

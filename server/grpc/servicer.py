@@ -1,0 +1,176 @@
+"""`InferenceServicer`: Triton's GRPCInferenceService, thin: protobuf -> domain -> one call -> protobuf."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from backends import BackendError
+from batching import BatchingError
+from proto import grpc_service_pb2 as pb
+from proto import grpc_service_pb2_grpc as pb_grpc
+from server.engine import Engine
+from server.errors import ServerError, UnsupportedError
+from server.grpc.codec import decode_inputs, encode_response, requested_outputs
+from server.grpc.messages import index_entries, model_metadata, model_statistics
+from server.grpc.status import status_for
+from server.repository import ModelVersion
+
+_log = logging.getLogger(__name__)
+
+# What ServerMetadata advertises: only extensions Convoy really implements.
+EXTENSIONS = ("model_configuration", "statistics")
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Handler = Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]
+
+
+def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
+    """Turn domain errors into their status codes; anything unexpected is INTERNAL and logged."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+        try:
+            return await method(self, request, context)
+        except (ServerError, BackendError, BatchingError) as exc:
+            code, message = status_for(exc), str(exc)
+        except Exception as exc:
+            _log.exception("%s failed unexpectedly", method.__name__)
+            code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
+        await context.abort(code, message)
+        raise AssertionError("context.abort returned")  # abort always raises
+
+    return wrapper
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of inference.GRPCInferenceService."""
+
+    def __init__(self, engine: Engine, version: str) -> None:
+        self._engine = engine
+        self._repository = engine.repository
+        self._version = version
+
+    @_edge
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @_edge
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: Any
+    ) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._engine.ready())
+
+    @_edge
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        ready = not self._engine.stopping and self._repository.is_ready(
+            request.name, request.version
+        )
+        return pb.ModelReadyResponse(ready=ready)
+
+    @_edge
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(
+            name="convoy", version=self._version, extensions=list(EXTENSIONS)
+        )
+
+    @_edge
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Any
+    ) -> pb.ModelMetadataResponse:
+        target = self._repository.get(request.name, request.version)
+        entry = self._repository.entry(request.name)
+        return model_metadata(target, sorted(entry.ready))
+
+    @_edge
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        target = self._repository.get(request.name, request.version)
+        return pb.ModelConfigResponse(config=target.config)
+
+    @_edge
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
+        versions: list[ModelVersion]
+        if request.name:
+            if request.version:
+                versions = [self._repository.get(request.name, request.version)]
+            else:
+                entry = self._repository.entry(request.name)
+                versions = [entry.ready[v] for v in sorted(entry.ready)]
+        else:
+            versions = [
+                entry.ready[v] for entry in self._repository.entries() for v in sorted(entry.ready)
+            ]
+        return pb.ModelStatisticsResponse(model_stats=[model_statistics(v) for v in versions])
+
+    @_edge
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
+        return pb.RepositoryIndexResponse(
+            models=index_entries(self._repository.index(), ready_only=request.ready)
+        )
+
+    @_edge
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        response = await self._engine.infer(
+            request.model_name,
+            request.model_version,
+            decode_inputs(request),
+            requested_outputs(request),
+        )
+        return encode_response(response, request.id)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer is not supported yet")
+        yield pb.ModelStreamInferResponse()  # pragma: no cover - abort raises
+
+    @_edge
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("explicit model control is not supported yet")
+
+    @_edge
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("explicit model control is not supported yet")
+
+    @_edge
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("system shared memory is not supported yet")
+
+    @_edge
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("system shared memory is not supported yet")
+
+    @_edge
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("system shared memory is not supported yet")
+
+    @_edge
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("CUDA shared memory is not supported yet")
+
+    @_edge
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("CUDA shared memory is not supported yet")
+
+    @_edge
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("CUDA shared memory is not supported yet")
+
+    @_edge
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("tracing is not supported yet")
+
+    @_edge
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        raise UnsupportedError("log settings are not supported yet")

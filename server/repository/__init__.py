@@ -1,0 +1,24 @@
+"""The model repository: scanning, config parsing, auto-complete, versions and loaded models."""
+
+from server.repository._autocomplete import autocomplete, fill_identity
+from server.repository._config import parse_config, read_config
+from server.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
+from server.repository._repository import Repository, parse_version
+from server.repository._validate import check_backend, check_signature
+from server.repository._versions import list_versions, select_versions
+
+__all__ = [
+    "ModelEntry",
+    "ModelState",
+    "ModelVersion",
+    "Repository",
+    "VersionStatus",
+    "autocomplete",
+    "check_backend",
+    "check_signature",
+    "fill_identity",
+    "list_versions",
+    "parse_version",
+    "read_config",
+    "select_versions",
+]

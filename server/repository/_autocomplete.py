@@ -1,0 +1,92 @@
+"""Completing a config from the model file's signature, as Triton's auto-complete does."""
+
+from __future__ import annotations
+
+from backends import ModelSignature, TensorSignature
+from proto import model_config_pb2 as mc
+from server.errors import ConfigError
+
+ONNX_PLATFORM = "onnxruntime_onnx"
+ONNX_BACKEND = "onnxruntime"
+ONNX_DEFAULT_FILENAME = "model.onnx"
+DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config default-max-batch-size
+
+
+def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
+    """Name, backend, platform, file name and version policy, before the model file is read."""
+    done = mc.ModelConfig()
+    done.CopyFrom(config)
+    if not done.name:
+        done.name = model
+    elif done.name != model:
+        raise ConfigError(
+            f"model '{model}': config name '{done.name}' does not match its directory name"
+        )
+    if not done.backend and not done.platform:
+        done.backend, done.platform = ONNX_BACKEND, ONNX_PLATFORM
+    elif done.platform == ONNX_PLATFORM and not done.backend:
+        done.backend = ONNX_BACKEND
+    elif done.backend == ONNX_BACKEND and not done.platform:
+        done.platform = ONNX_PLATFORM
+    if not done.default_model_filename and done.backend == ONNX_BACKEND:
+        done.default_model_filename = ONNX_DEFAULT_FILENAME
+    if not done.HasField("version_policy"):
+        done.version_policy.latest.num_versions = 1
+    return done
+
+
+def autocomplete(
+    config: mc.ModelConfig,
+    signature: ModelSignature,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+) -> mc.ModelConfig:
+    """Fill what the config leaves out (inputs, outputs, max_batch_size, instances) from the file.
+
+    A dynamic first dimension on every tensor means the model can batch: with nothing declared,
+    max_batch_size becomes `default_max_batch_size`, else 0 and dims are the full shapes.
+    """
+    done = mc.ModelConfig()
+    done.CopyFrom(config)
+    tensors = (*signature.inputs, *signature.outputs)
+    can_batch = bool(tensors) and all(len(t.shape) >= 1 and t.shape[0] == -1 for t in tensors)
+    declared = bool(done.input) or bool(done.output)
+    if not declared and done.max_batch_size == 0 and can_batch:
+        done.max_batch_size = default_max_batch_size
+    batching = done.max_batch_size > 0
+    if not done.input:
+        for tensor in signature.inputs:
+            _fill_tensor(done.input.add(), tensor, batching)
+    if not done.output:
+        for tensor in signature.outputs:
+            _fill_tensor(done.output.add(), tensor, batching)
+    if (
+        not declared
+        and done.max_batch_size > 1
+        and done.WhichOneof("scheduling_choice") is None
+    ):
+        done.dynamic_batching.SetInParent()
+    _fill_instance_groups(done)
+    return done
+
+
+def _fill_tensor(
+    target: mc.ModelInput | mc.ModelOutput, tensor: TensorSignature, batching: bool
+) -> None:
+    target.name = tensor.name
+    target.data_type = tensor.data_type  # type: ignore[assignment]
+    target.dims.extend(tensor.shape[1:] if batching else tensor.shape)
+
+
+def _fill_instance_groups(config: mc.ModelConfig) -> None:
+    if not config.instance_group:
+        group = config.instance_group.add()
+        group.kind = mc.ModelInstanceGroup.KIND_CPU
+        group.count = 1
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            group.kind = mc.ModelInstanceGroup.KIND_CPU  # no GPU support yet
+        if group.count < 1:
+            # Triton's ONNX Runtime backend runs two CPU instances when a group gives no count.
+            group.count = 2

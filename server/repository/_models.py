@@ -1,0 +1,59 @@
+"""Data held for each model: states, loaded versions and index entries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from backends import Instance
+from batching import Batcher
+from proto import model_config_pb2 as mc
+from server.inference import ModelIO
+from server.stats import ModelStats
+
+
+class ModelState(StrEnum):
+    """Triton's model states, spelled as RepositoryIndex reports them."""
+
+    UNKNOWN = "UNKNOWN"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(slots=True)
+class ModelVersion:
+    """One loaded, servable version: its effective config, instances and batcher."""
+
+    name: str
+    version: int
+    config: mc.ModelConfig  # effective (auto-completed) config
+    io: ModelIO
+    instances: list[Instance]
+    batcher: Batcher
+    stats: ModelStats
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStatus:
+    """What RepositoryIndex says about one version (version None: the model as a whole)."""
+
+    version: int | None
+    state: ModelState
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    """A model directory and everything known about it."""
+
+    name: str
+    path: Path
+    config: mc.ModelConfig | None = None  # effective config of the newest loaded version
+    ready: dict[int, ModelVersion] = field(default_factory=dict)
+    statuses: list[VersionStatus] = field(default_factory=list)
+
+    def latest_ready(self) -> ModelVersion | None:
+        return self.ready[max(self.ready)] if self.ready else None

@@ -1,0 +1,69 @@
+"""Per model version statistics, in the shape of Triton's ModelStatistics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from batching import ExecutionRecord, RequestResult
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and the total nanoseconds spent over it."""
+
+    count: int = 0
+    total_ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.total_ns += ns
+
+
+@dataclass(slots=True)
+class BatchDurations:
+    """Compute time of the executions of one batch size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters of one model version; updated on the event loop only."""
+
+    inference_count: int = 0  # inferences: a request of batch n counts n
+    execution_count: int = 0  # executions: a batch counts 1
+    last_inference_ms: int = 0  # wall-clock ms since the epoch of the last finished request
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    batches: dict[int, BatchDurations] = field(default_factory=dict)
+
+    def record_execution(self, record: ExecutionRecord) -> None:
+        if not record.succeeded:
+            return
+        self.execution_count += 1
+        self.inference_count += record.batch_size
+        durations = self.batches.get(record.batch_size)
+        if durations is None:
+            durations = self.batches[record.batch_size] = BatchDurations()
+        durations.compute_input.add(record.compute_input_ns)
+        durations.compute_infer.add(record.compute_infer_ns)
+        durations.compute_output.add(record.compute_output_ns)
+
+    def record_success(self, result: RequestResult, request_ns: int) -> None:
+        self.success.add(request_ns)
+        self.queue.add(result.queue_ns)
+        self.compute_input.add(result.compute_input_ns)
+        self.compute_infer.add(result.compute_infer_ns)
+        self.compute_output.add(result.compute_output_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, request_ns: int) -> None:
+        self.fail.add(request_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
