@@ -1,4 +1,4 @@
-"""`App`: the composition root. Builds the repository, engine and front ends; starts and stops them."""
+"""`App`, the composition root: builds the repository, engine and front ends; starts, stops."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 from importlib import metadata
 
 import grpc
+from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
@@ -32,7 +33,7 @@ def convoy_version() -> str:
 
 
 class App:
-    """One server process: load models, serve gRPC (+ health, reflection) and metrics, stop cleanly."""
+    """One server process: load models, serve gRPC, health, reflection and metrics; stop cleanly."""
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
@@ -91,10 +92,15 @@ class App:
             ]
         )
         servicer = InferenceServicer(self.engine, convoy_version())
-        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            servicer, server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        services = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                    reflection.SERVICE_NAME)
+        services = (
+            INFERENCE_SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
         reflection.enable_server_reflection(services, server, pool=_reflection_pool())
         return server
 
@@ -118,14 +124,20 @@ def _reflection_pool() -> DescriptorPool:
         health_pb2.DESCRIPTOR,
         reflection_pb2.DESCRIPTOR,
     ):
-        pool.AddSerializedFile(file.serialized_pb)
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        pool.Add(proto)  # type: ignore[no-untyped-call]
     return pool
 
 
 def model_table(repository: Repository) -> str:
     """The model / version / status table Triton logs at start."""
     rows = [
-        (name, "" if s.version is None else str(s.version), s.state.value + (f": {s.reason}" if s.reason else ""))
+        (
+            name,
+            "" if s.version is None else str(s.version),
+            s.state.value + (f": {s.reason}" if s.reason else ""),
+        )
         for name, s in repository.index()
     ]
     headers = ("Model", "Version", "Status")

@@ -88,9 +88,7 @@ class Engine:
         return _response(target, result.outputs, outputs)
 
 
-def _response(
-    target: ModelVersion, produced: Any, requested: Sequence[str]
-) -> InferResponse:
+def _response(target: ModelVersion, produced: Any, requested: Sequence[str]) -> InferResponse:
     names = requested or list(target.io.outputs)
     return InferResponse(
         target.name,

@@ -15,24 +15,60 @@ from server.repository import ModelVersion, Repository
 
 # (name, type, help, value of one model version)
 _FAMILIES: tuple[tuple[str, str, str, Callable[[ModelVersion], float]], ...] = (
-    ("nv_inference_request_success", "counter", "Number of successful inference requests",
-     lambda v: v.stats.success.count),
-    ("nv_inference_count", "counter", "Number of inferences performed (a batch of n counts n)",
-     lambda v: v.stats.inference_count),
-    ("nv_inference_exec_count", "counter", "Number of model executions performed",
-     lambda v: v.stats.execution_count),
-    ("nv_inference_request_duration_us", "counter", "Cumulative inference request duration",
-     lambda v: (v.stats.success.total_ns + v.stats.fail.total_ns) // 1000),
-    ("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration",
-     lambda v: v.stats.queue.total_ns // 1000),
-    ("nv_inference_compute_input_duration_us", "counter", "Cumulative compute input duration",
-     lambda v: v.stats.compute_input.total_ns // 1000),
-    ("nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration",
-     lambda v: v.stats.compute_infer.total_ns // 1000),
-    ("nv_inference_compute_output_duration_us", "counter", "Cumulative compute output duration",
-     lambda v: v.stats.compute_output.total_ns // 1000),
-    ("nv_inference_pending_request_count", "gauge", "Requests received and not yet executing",
-     lambda v: v.batcher.queue_depth),
+    (
+        "nv_inference_request_success",
+        "counter",
+        "Number of successful inference requests",
+        lambda v: v.stats.success.count,
+    ),
+    (
+        "nv_inference_count",
+        "counter",
+        "Number of inferences performed (a batch of n counts n)",
+        lambda v: v.stats.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "counter",
+        "Number of model executions performed",
+        lambda v: v.stats.execution_count,
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "counter",
+        "Cumulative inference request duration",
+        lambda v: (v.stats.success.total_ns + v.stats.fail.total_ns) // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "counter",
+        "Cumulative inference queuing duration",
+        lambda v: v.stats.queue.total_ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "counter",
+        "Cumulative compute input duration",
+        lambda v: v.stats.compute_input.total_ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "counter",
+        "Cumulative compute inference duration",
+        lambda v: v.stats.compute_infer.total_ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "counter",
+        "Cumulative compute output duration",
+        lambda v: v.stats.compute_output.total_ns // 1000,
+    ),
+    (
+        "nv_inference_pending_request_count",
+        "gauge",
+        "Requests received and not yet executing",
+        lambda v: v.batcher.queue_depth,
+    ),
 )
 
 

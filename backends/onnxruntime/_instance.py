@@ -150,20 +150,18 @@ def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:
         return array
     # ORT's Python binding turns bytes into their repr, so hand it text; its strings are UTF-8.
     try:
-        return np.vectorize(_decode_utf8, otypes=[object])(array)
+        text = [v.decode("utf-8") if isinstance(v, bytes) else v for v in array.flat]
     except UnicodeDecodeError as exc:
         raise ExecutionError(
             f"input '{name}' holds bytes that are not UTF-8, which ONNX Runtime string tensors "
             f"require: {exc}"
         ) from exc
-
-
-def _decode_utf8(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+    return np.fromiter(text, dtype=object, count=len(text)).reshape(array.shape)
 
 
 def _from_ort_strings(array: np.ndarray) -> np.ndarray:
-    return np.vectorize(lambda s: s.encode("utf-8"), otypes=[object])(array)
+    data = [s.encode("utf-8") for s in array.flat]
+    return np.fromiter(data, dtype=object, count=len(data)).reshape(array.shape)
 
 
 def _bf16_bits(value: ort.OrtValue) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Session settings read from a model's config, under the parameter names Triton's ORT backend uses."""
+"""Session settings from a model's config, under the parameter names of Triton's ORT backend."""
 
 from __future__ import annotations
 

@@ -54,7 +54,9 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
         datatype = _datatype(tensor.datatype, tensor.name)
         shape = tuple(tensor.shape)
         if any(dim < 0 for dim in shape):
-            raise InvalidInputError(f"input '{tensor.name}' has a negative dimension: {list(shape)}")
+            raise InvalidInputError(
+                f"input '{tensor.name}' has a negative dimension: {list(shape)}"
+            )
         if raw:
             array = decode_raw(tensor.name, datatype, shape, raw[index])
         elif tensor.HasField("contents"):

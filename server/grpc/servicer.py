@@ -1,4 +1,4 @@
-"""`InferenceServicer`: Triton's GRPCInferenceService, thin: protobuf -> domain -> one call -> protobuf."""
+"""`InferenceServicer`: Triton's inference service; thin: protobuf -> domain call -> protobuf."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._version = version
 
     @_edge
-    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Any
+    ) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
 
     @_edge
@@ -67,7 +69,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=self._engine.ready())
 
     @_edge
-    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Any
+    ) -> pb.ModelReadyResponse:
         ready = not self._engine.stopping and self._repository.is_ready(
             request.name, request.version
         )
@@ -90,7 +94,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return model_metadata(target, sorted(entry.ready))
 
     @_edge
-    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Any
+    ) -> pb.ModelConfigResponse:
         target = self._repository.get(request.name, request.version)
         return pb.ModelConfigResponse(config=target.config)
 
@@ -120,7 +126,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     @_edge
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
         response = await self._engine.infer(
             request.model_name,
             request.model_version,

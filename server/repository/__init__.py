@@ -18,6 +18,7 @@ __all__ = [
     "check_signature",
     "fill_identity",
     "list_versions",
+    "parse_config",
     "parse_version",
     "read_config",
     "select_versions",

@@ -59,11 +59,7 @@ def autocomplete(
     if not done.output:
         for tensor in signature.outputs:
             _fill_tensor(done.output.add(), tensor, batching)
-    if (
-        not declared
-        and done.max_batch_size > 1
-        and done.WhichOneof("scheduling_choice") is None
-    ):
+    if not declared and done.max_batch_size > 1 and done.WhichOneof("scheduling_choice") is None:
         done.dynamic_batching.SetInParent()
     _fill_instance_groups(done)
     return done

@@ -77,7 +77,9 @@ class Repository:
                 f"Request for unknown model: '{name}' version {number} is not at ready state"
                 + _reason_suffix([s for s in entry.statuses if s.version == number])
             )
-        raise ModelNotFoundError(f"Request for unknown model: '{name}' version {number} is not found")
+        raise ModelNotFoundError(
+            f"Request for unknown model: '{name}' version {number} is not found"
+        )
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:

@@ -17,7 +17,7 @@ def check_backend(config: mc.ModelConfig) -> None:
         kind = config.backend or config.platform
         raise ConfigError(
             f"model '{config.name}': backend '{kind}' is not supported "
-            f"(supported: backend \"{ONNX_BACKEND}\" / platform \"{ONNX_PLATFORM}\")"
+            f'(supported: backend "{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}")'
         )
     if config.max_batch_size < 0:
         raise ConfigError(f"model '{config.name}': max_batch_size must be >= 0")
