@@ -1,0 +1,87 @@
+"""ONNX Runtime instances on CPU: the IO binding path, BF16 bits, string tensors, settings."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+from backends import ExecutionError, ModelLoadError, OrtInstance, OrtSettings
+from proto import model_config_pb2 as mc
+from scripts import models
+from server.repository import parse_config
+
+
+def _save(tmp_path: Path, model: onnx.ModelProto) -> Path:
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return path
+
+
+async def test_io_binding_computes_and_reports_timings(tmp_path: Path) -> None:
+    instance = OrtInstance.load("simple_0", _save(tmp_path, models.simple()), OrtSettings())
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.ones((2, 16), np.float32)
+    result = await instance.execute({"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(result.outputs["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(result.outputs["OUTPUT1"], a - b)
+    assert result.compute_infer_ns > 0
+    assert [t.name for t in instance.signature.inputs] == ["INPUT0", "INPUT1"]
+    assert instance.signature.inputs[0].shape == (-1, 16)
+    assert instance.signature.inputs[0].data_type == mc.TYPE_FP32
+    instance.close()
+
+
+async def test_bf16_travels_as_uint16_bits(tmp_path: Path) -> None:
+    model = models.identity(TensorProto.BFLOAT16)
+    instance = OrtInstance.load("bf16_0", _save(tmp_path, model), OrtSettings())
+    assert instance.signature.inputs[0].data_type == mc.TYPE_BF16
+    bits = np.array([[0x3F80, 0xC000, 0x0000, 0x7F80]], np.uint16)
+    result = await instance.execute({instance.signature.inputs[0].name: bits})
+    (output,) = result.outputs.values()
+    np.testing.assert_array_equal(output, bits)
+    instance.close()
+
+
+async def test_strings_are_utf8_bytes_in_and_out(tmp_path: Path) -> None:
+    instance = OrtInstance.load("bytes_0", _save(tmp_path, models.bytes_identity()), OrtSettings())
+    name = instance.signature.inputs[0].name
+    items = np.array([[b"", "é".encode(), b"a\x00b"]], dtype=object)
+    result = await instance.execute({name: items})
+    (output,) = result.outputs.values()
+    assert output.tolist() == items.tolist()
+    with pytest.raises(ExecutionError, match="not UTF-8"):
+        await instance.execute({name: np.array([[b"\xff"]], dtype=object)})
+    instance.close()
+
+
+def test_settings_come_from_triton_parameter_names() -> None:
+    config = parse_config(
+        """
+        parameters { key: "intra_op_thread_count" value: { string_value: "3" } }
+        parameters { key: "inter_op_thread_count" value: { string_value: "2" } }
+        parameters { key: "execution_mode" value: { string_value: "1" } }
+        optimization { graph { level: -1 } }
+        """,
+        "inline",
+    )
+    settings = OrtSettings.from_config(config)
+    assert settings == OrtSettings(3, 2, parallel_execution=True, optimize_graph=False)
+    assert OrtSettings.from_config(mc.ModelConfig()).intra_op_threads == 1
+
+
+def test_bad_parameter_is_a_load_error() -> None:
+    config = parse_config(
+        'name: "m" parameters { key: "intra_op_thread_count" value: { string_value: "two" } }',
+        "inline",
+    )
+    with pytest.raises(ModelLoadError, match="intra_op_thread_count"):
+        OrtSettings.from_config(config)
+
+
+def test_garbage_file_is_a_load_error(tmp_path: Path) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"not an onnx model")
+    with pytest.raises(ModelLoadError, match="failed to load"):
+        OrtInstance.load("bad_0", path, OrtSettings())
