@@ -37,7 +37,7 @@ def test_raw_round_trip_for_every_fixed_size_type(wire: str) -> None:
 
 
 def test_bytes_round_trip_with_empty_and_binary_elements() -> None:
-    items = np.array([[b"", b"\x00\xffbinary"], ["text".encode(), "é".encode()]], dtype=object)
+    items = np.array([[b"", b"\x00\xffbinary"], [b"text", "é".encode()]], dtype=object)
     data = encode_bytes(items)
     assert data[:4] == struct.pack("<I", 0)
     decoded = decode_raw("x", BY_WIRE["BYTES"], (2, 2), data)
@@ -59,7 +59,7 @@ def test_malformed_bytes_are_rejected(data: bytes, expected: str) -> None:
 
 
 def test_raw_byte_size_must_match_shape_and_type() -> None:
-    with pytest.raises(InvalidInputError, match="unexpected total byte size 12 .* expecting 16"):
+    with pytest.raises(InvalidInputError, match=r"unexpected total byte size 12 .* expecting 16"):
         decode_raw("x", BY_WIRE["FP32"], (2, 2), b"\x00" * 12)
 
 
