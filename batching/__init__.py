@@ -1,19 +1,49 @@
-"""Batching: per-model queues and the coroutine that hands work to free instances.
+"""Batching: per-model queues, Triton's batch selection, assembly, and the batcher coroutine.
 
 Never imports grpc or backends: instances arrive as `Executor`s from the composition root.
 """
 
+from batching.assemble import ArrayNamespace, concat_inputs, split_outputs
 from batching.batcher import Batcher
-from batching.errors import BatcherClosedError, BatchingError
+from batching.errors import (
+    BatcherClosedError,
+    BatchingError,
+    PolicyError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 from batching.messages import ExecutionRecord, Executor, Outcome, RequestResult, TensorMap
+from batching.policy import (
+    BatchPolicy,
+    Candidate,
+    Decision,
+    QueuePolicy,
+    TimeoutAction,
+    next_batch,
+)
+from batching.queue import Queued, RequestQueue
 
 __all__ = [
+    "ArrayNamespace",
+    "BatchPolicy",
     "Batcher",
     "BatcherClosedError",
     "BatchingError",
+    "Candidate",
+    "Decision",
     "ExecutionRecord",
     "Executor",
     "Outcome",
+    "PolicyError",
+    "QueueFullError",
+    "QueuePolicy",
+    "Queued",
+    "RequestQueue",
     "RequestResult",
+    "RequestTimeoutError",
     "TensorMap",
+    "TimeoutAction",
+    "concat_inputs",
+    "next_batch",
+    "split_outputs",
 ]

@@ -1,7 +1,7 @@
-"""`Batcher`: the one coroutine per model version that feeds queued requests to free instances.
+"""`Batcher`: the one coroutine per model version that forms batches and feeds free instances.
 
-The queue, the wake-up event and the idle-instance pool belong to the event loop, so no locks
-are needed. Without a dynamic batcher each execution carries exactly one request, as in Triton.
+The queue, the idle-instance pool and the wake-up event belong to the event loop, so no locks
+are needed. Selection is `policy.next_batch` (pure); this module only waits and dispatches.
 """
 
 from __future__ import annotations
@@ -12,47 +12,52 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import Any
 
-from batching.errors import BatcherClosedError
+import numpy as np
+
+from batching.assemble import ArrayNamespace, concat_inputs, split_outputs
+from batching.errors import BatcherClosedError, RequestTimeoutError
 from batching.messages import ExecutionRecord, Executor, RequestResult, TensorMap
+from batching.policy import BatchPolicy, Candidate, next_batch
+from batching.queue import Queued, RequestQueue
 
 _log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class _Pending:
-    inputs: TensorMap
-    batch_size: int  # the request's own batch dimension; 1 for a non-batching model
-    enqueue_ns: int
-    future: asyncio.Future[RequestResult]
+Observer = Callable[[ExecutionRecord], None]
 
 
 class Batcher:
-    """Queues requests for one model version and runs them on the first free instance."""
+    """Queues requests for one model version and runs batches on the first free instance."""
 
     def __init__(
         self,
         name: str,
         executors: Sequence[Executor],
-        observer: Callable[[ExecutionRecord], None] | None = None,
+        policy: BatchPolicy,
+        observer: Observer | None = None,
+        xp: ArrayNamespace = np,
     ) -> None:
         if not executors:
             raise ValueError(f"batcher '{name}' needs at least one executor")
         self._name = name
         self._executors = tuple(executors)
+        self._policy = policy
         self._observer = observer
+        self._xp = xp
         self._closed = False
         self._in_flight = 0  # requests accepted and not yet answered
+        self._last_arrival_ns = 0
+        self._arrival_interval_ns: int | None = None  # moving mean, for the adaptive delay
 
     async def start(self) -> None:
-        self._queue: deque[_Pending] = deque()
+        self._queue = RequestQueue(self._policy)
+        self._idle: deque[Executor] = deque(self._executors)
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
-        self._idle: asyncio.Queue[Executor] = asyncio.Queue()
-        for executor in self._executors:
-            self._idle.put_nowait(executor)
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_release: asyncio.Future[None] | None = None  # for preserve_ordering
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task = asyncio.create_task(self._run(), name=f"batcher:{self._name}")
 
@@ -60,17 +65,44 @@ class Batcher:
     def queue_depth(self) -> int:
         return len(self._queue)
 
-    async def infer(self, inputs: TensorMap, batch_size: int) -> RequestResult:
-        """Queue one request and wait for its result; cancelling the caller dequeues it."""
+    @property
+    def policy(self) -> BatchPolicy:
+        return self._policy
+
+    async def infer(
+        self,
+        inputs: TensorMap,
+        batch_size: int,
+        priority: int = 0,
+        timeout_ns: int = 0,
+    ) -> RequestResult:
+        """Queue one request and wait for its result; cancelling the caller dequeues it.
+
+        `priority` and `timeout_ns` are the request's parameters (0: the model's defaults).
+        """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
-        future: asyncio.Future[RequestResult] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(inputs, max(batch_size, 1), time.monotonic_ns(), future))
+        now_ns = time.monotonic_ns()
+        level = self._policy.level_of(priority)
+        queue_policy = self._policy.queue_policies[level - 1]
+        request = Queued(
+            inputs=inputs,
+            candidate=Candidate(max(batch_size, 1), now_ns, self._policy.shape_key(inputs)),
+            level=level,
+            deadline_ns=queue_policy.deadline_ns(now_ns, timeout_ns),
+            future=asyncio.get_running_loop().create_future(),
+        )
+        self._queue.push(request)  # raises QueueFullError at once when the level is full
+        self._note_arrival(now_ns)
         self._in_flight += 1
         self._drained.clear()
         self._wake.set()
         try:
-            return await future
+            result: RequestResult = await request.future
+            return result
+        except asyncio.CancelledError:
+            self._queue.discard(request)  # a no-op once it is executing: the result is dropped
+            raise
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -84,71 +116,125 @@ class Batcher:
         self._loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._loop_task
-        for pending in self._queue:
-            if not pending.future.done():
-                pending.future.set_exception(
+        for request in self._queue.take(len(self._queue)):
+            if not request.future.done():
+                request.future.set_exception(
                     BatcherClosedError(f"model '{self._name}' stopped before the request ran")
                 )
-        self._queue.clear()
+
+    def _note_arrival(self, now_ns: int) -> None:
+        if self._last_arrival_ns:
+            gap_ns = now_ns - self._last_arrival_ns
+            previous = self._arrival_interval_ns
+            self._arrival_interval_ns = gap_ns if previous is None else (7 * previous + gap_ns) // 8
+        self._last_arrival_ns = now_ns
 
     async def _run(self) -> None:
         while True:
-            while not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-            executor = await self._idle.get()
-            batch = self._take_batch()
-            if not batch:
-                self._idle.put_nowait(executor)
-                continue
-            task = asyncio.create_task(self._execute(executor, batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            now_ns = time.monotonic_ns()
+            for request in self._queue.expire(now_ns):
+                if not request.future.done():
+                    request.future.set_exception(RequestTimeoutError("Request timeout expired"))
+            wait_until_ns = None
+            if self._idle and len(self._queue):
+                decision = next_batch(
+                    (request.candidate for request in self._queue),
+                    self._policy,
+                    now_ns,
+                    self._arrival_interval_ns,
+                )
+                if decision.count:
+                    self._dispatch(self._queue.take(decision.count))
+                    continue
+                wait_until_ns = decision.wait_until_ns
+            await self._sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns())
 
-    def _take_batch(self) -> list[_Pending]:
-        # Requests whose caller went away (cancelled RPC) are dropped here, unexecuted.
-        while self._queue:
-            pending = self._queue.popleft()
-            if not pending.future.done():
-                return [pending]
-        return []
+    async def _sleep(self, now_ns: int, *deadlines_ns: int | None) -> None:
+        """Until something changes (arrival, free instance) or the nearest deadline."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        due = [d for d in deadlines_ns if d is not None]
+        self._wake.clear()
+        if due:
+            delay_s = max(min(due) - now_ns, 0) / 1e9
+            self._timer = asyncio.get_running_loop().call_later(delay_s, self._wake.set)
+        await self._wake.wait()
 
-    async def _execute(self, executor: Executor, batch: list[_Pending]) -> None:
+    def _dispatch(self, batch: list[Queued]) -> None:
+        executor = self._idle.popleft()
+        previous = self._last_release
+        release: asyncio.Future[None] | None = None
+        if self._policy.preserve_ordering:
+            release = asyncio.get_running_loop().create_future()
+            self._last_release = release
+        task = asyncio.create_task(self._execute(executor, batch, previous, release))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(
+        self,
+        executor: Executor,
+        batch: list[Queued],
+        previous: asyncio.Future[None] | None,
+        release: asyncio.Future[None] | None,
+    ) -> None:
         start_ns = time.monotonic_ns()
-        batch_size = sum(p.batch_size for p in batch)
+        sizes = [request.candidate.batch_size for request in batch]
+        record: ExecutionRecord | None = None
         try:
-            outcome = await executor.execute(batch[0].inputs)
-        except Exception as exc:  # the batch loop never dies: fail only this batch
-            _log.warning("model '%s': execution failed: %s", self._name, exc)
-            self._report(ExecutionRecord(batch_size, len(batch), 0, 0, 0, succeeded=False))
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
-            return
-        finally:
-            self._idle.put_nowait(executor)
-        self._report(
-            ExecutionRecord(
-                batch_size,
+            try:
+                inputs = concat_inputs([request.inputs for request in batch], self._xp)
+                assembled_ns = time.monotonic_ns()
+                outcome = await executor.execute(inputs)
+                parts = split_outputs(outcome.outputs, sizes)
+            except Exception as exc:  # the batch loop never dies: fail only this batch
+                _log.warning("model '%s': batch of %d failed: %s", self._name, sum(sizes), exc)
+                self._report(ExecutionRecord(sum(sizes), len(batch), 0, 0, 0, succeeded=False))
+                await _after(previous)
+                for request in batch:
+                    _fail(request, exc)
+                return
+            input_ns = outcome.compute_input_ns + (assembled_ns - start_ns)
+            record = ExecutionRecord(
+                sum(sizes),
                 len(batch),
-                outcome.compute_input_ns,
+                input_ns,
                 outcome.compute_infer_ns,
                 outcome.compute_output_ns,
                 succeeded=True,
             )
-        )
-        for pending in batch:
-            if not pending.future.done():  # a cancelled caller's result is dropped
-                pending.future.set_result(
-                    RequestResult(
-                        outputs=outcome.outputs,
-                        queue_ns=start_ns - pending.enqueue_ns,
-                        compute_input_ns=outcome.compute_input_ns,
-                        compute_infer_ns=outcome.compute_infer_ns,
-                        compute_output_ns=outcome.compute_output_ns,
+            self._report(record)
+            await _after(previous)
+            for request, outputs in zip(batch, parts, strict=True):
+                if not request.future.done():  # a cancelled caller's result is dropped
+                    request.future.set_result(
+                        RequestResult(
+                            outputs=outputs,
+                            queue_ns=start_ns - request.candidate.enqueue_ns,
+                            compute_input_ns=input_ns,
+                            compute_infer_ns=outcome.compute_infer_ns,
+                            compute_output_ns=outcome.compute_output_ns,
+                            batch_size=record.batch_size,
+                        )
                     )
-                )
+        finally:
+            if release is not None:
+                release.set_result(None)
+            self._idle.append(executor)
+            self._wake.set()
 
     def _report(self, record: ExecutionRecord) -> None:
         if self._observer is not None:
             self._observer(record)
+
+
+async def _after(previous: asyncio.Future[None] | None) -> None:
+    # preserve_ordering: answer only once the batch dispatched before this one has answered.
+    if previous is not None:
+        await asyncio.shield(previous)
+
+
+def _fail(request: Queued, error: Any) -> None:
+    if not request.future.done():
+        request.future.set_exception(error)

@@ -7,3 +7,15 @@ class BatchingError(Exception):
 
 class BatcherClosedError(BatchingError):
     """The batcher is stopping or stopped and takes no new requests."""
+
+
+class PolicyError(BatchingError):
+    """The dynamic batching settings of a config are inconsistent."""
+
+
+class QueueFullError(BatchingError):
+    """The request's priority level already holds max_queue_size requests."""
+
+
+class RequestTimeoutError(BatchingError):
+    """The request waited in the queue past its timeout (timeout action REJECT)."""

@@ -39,6 +39,7 @@ class RequestResult:
     compute_input_ns: int
     compute_infer_ns: int
     compute_output_ns: int
+    batch_size: int  # size of the whole batch this request ran in
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ from typing import Any
 import numpy.typing as npt
 
 from backends import BackendError
-from batching import BatcherClosedError
-from server.errors import ServerError, ServerStoppingError
-from server.inference import InferInput, TensorSpec, check_request
+from batching import BatchingError, QueueFullError, RequestTimeoutError
+from server.errors import ServerStoppingError
+from server.inference import InferInput, InferOptions, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
 
 
@@ -66,7 +66,12 @@ class Engine:
         return True
 
     async def infer(
-        self, model: str, version: str, inputs: Sequence[InferInput], outputs: Sequence[str]
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[InferInput],
+        outputs: Sequence[str],
+        options: InferOptions,
     ) -> InferResponse:
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
@@ -76,9 +81,20 @@ class Engine:
         self._in_flight += 1
         self._idle.clear()
         try:
-            result = await target.batcher.infer(arrays, batch_size)
-        except (BackendError, BatcherClosedError, ServerError):
-            target.stats.record_failure(time.monotonic_ns() - start_ns)
+            result = await target.batcher.infer(
+                arrays, batch_size, options.priority, options.timeout_us * 1000
+            )
+        except (QueueFullError, RequestTimeoutError):
+            target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
+            raise
+        except asyncio.CancelledError:
+            target.stats.record_failure(time.monotonic_ns() - start_ns, "CANCELED")
+            raise
+        except BackendError:
+            target.stats.record_failure(time.monotonic_ns() - start_ns, "BACKEND")
+            raise
+        except BatchingError:
+            target.stats.record_failure(time.monotonic_ns() - start_ns, "OTHER")
             raise
         finally:
             self._in_flight -= 1

@@ -47,6 +47,14 @@ def _spec(tensor: mc.ModelInput | mc.ModelOutput, optional: bool) -> TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class InferOptions:
+    """Request parameters the scheduler reads (Triton's reserved `priority` and `timeout`)."""
+
+    priority: int = 0  # 0: the model's default priority level; 1 is the highest
+    timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
+
+
+@dataclass(frozen=True, slots=True)
 class InferInput:
     """One input tensor as the client sent it, already decoded from the wire."""
 

@@ -72,6 +72,9 @@ _FAMILIES: tuple[tuple[str, str, str, Callable[[ModelVersion], float]], ...] = (
 )
 
 
+_FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
 class StatsCollector(Collector):
     """Triton's per-model metrics, computed from each ready version's statistics."""
 
@@ -87,8 +90,9 @@ class StatsCollector(Collector):
             yield family
         failure = Metric("nv_inference_request_failure", "Number of failed requests", "counter")
         for version in versions:
-            labels = {**_labels(version), "reason": "BACKEND"}
-            failure.add_sample(failure.name, labels, version.stats.fail.count)
+            for reason in _FAILURE_REASONS:
+                labels = {**_labels(version), "reason": reason}
+                failure.add_sample(failure.name, labels, version.stats.failures.get(reason, 0))
         yield failure
 
 

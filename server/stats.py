@@ -43,6 +43,7 @@ class ModelStats:
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchDurations] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  # by Triton's reason label
 
     def record_execution(self, record: ExecutionRecord) -> None:
         if not record.succeeded:
@@ -64,6 +65,8 @@ class ModelStats:
         self.compute_output.add(result.compute_output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_failure(self, request_ns: int) -> None:
+    def record_failure(self, request_ns: int, reason: str) -> None:
+        """A failed request; `reason` is REJECTED, CANCELED, BACKEND or OTHER, as Triton's."""
         self.fail.add(request_ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000

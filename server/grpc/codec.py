@@ -13,7 +13,7 @@ from proto import grpc_service_pb2 as pb
 from server.datatypes import BY_WIRE, DataType
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
-from server.inference import InferInput
+from server.inference import InferInput, InferOptions
 
 _LENGTH = struct.Struct("<I")
 
@@ -78,6 +78,35 @@ def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
                 f"output '{output.name}': the classification extension is not supported yet"
             )
     return [output.name for output in request.outputs]
+
+
+def infer_options(request: pb.ModelInferRequest) -> InferOptions:
+    """The scheduling parameters Triton reserves: `priority` and `timeout` (microseconds)."""
+    return InferOptions(
+        priority=_int_parameter(request, "priority"),
+        timeout_us=_int_parameter(request, "timeout"),
+    )
+
+
+def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
+    if key not in request.parameters:
+        return 0
+    parameter = request.parameters[key]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice == "int64_param":
+        value = parameter.int64_param
+    elif choice == "uint64_param":
+        value = parameter.uint64_param
+    else:
+        raise InvalidInputError(
+            f"request parameter '{key}' for model '{request.model_name}' must be an integer, "
+            f"got {choice or 'nothing'}"
+        )
+    if value < 0:
+        raise InvalidInputError(
+            f"request parameter '{key}' for model '{request.model_name}' must be >= 0, got {value}"
+        )
+    return value
 
 
 def decode_raw(

@@ -15,7 +15,7 @@ from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
 from server.engine import Engine
 from server.errors import ServerError, UnsupportedError
-from server.grpc.codec import decode_inputs, encode_response, requested_outputs
+from server.grpc.codec import decode_inputs, encode_response, infer_options, requested_outputs
 from server.grpc.messages import index_entries, model_metadata, model_statistics
 from server.grpc.status import status_for
 from server.repository import ModelVersion
@@ -23,7 +23,7 @@ from server.repository import ModelVersion
 _log = logging.getLogger(__name__)
 
 # What ServerMetadata advertises: only extensions Convoy really implements.
-EXTENSIONS = ("model_configuration", "statistics")
+EXTENSIONS = ("schedule_policy", "model_configuration", "parameters", "statistics")
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
@@ -90,8 +90,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelMetadataRequest, context: Any
     ) -> pb.ModelMetadataResponse:
         target = self._repository.get(request.name, request.version)
-        entry = self._repository.entry(request.name)
-        return model_metadata(target, sorted(entry.ready))
+        # As Triton: a named version lists only itself, an empty one every ready version.
+        versions = (
+            [target.version]
+            if request.version
+            else sorted(self._repository.entry(request.name).ready)
+        )
+        return model_metadata(target, versions)
 
     @_edge
     async def ModelConfig(
@@ -134,6 +139,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             request.model_version,
             decode_inputs(request),
             requested_outputs(request),
+            infer_options(request),
         )
         return encode_response(response, request.id)
 

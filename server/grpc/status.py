@@ -5,7 +5,13 @@ from __future__ import annotations
 import grpc
 
 from backends import BackendError, ExecutionError, ModelLoadError
-from batching import BatcherClosedError, BatchingError
+from batching import (
+    BatcherClosedError,
+    BatchingError,
+    PolicyError,
+    QueueFullError,
+    RequestTimeoutError,
+)
 from server.errors import (
     ConfigError,
     InvalidInputError,
@@ -27,6 +33,9 @@ STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
     ModelLoadError: grpc.StatusCode.INTERNAL,
     ExecutionError: grpc.StatusCode.INTERNAL,
     BatcherClosedError: grpc.StatusCode.UNAVAILABLE,
+    QueueFullError: grpc.StatusCode.UNAVAILABLE,
+    RequestTimeoutError: grpc.StatusCode.UNAVAILABLE,
+    PolicyError: grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 # The bases whose leaves must all appear above.

@@ -62,6 +62,13 @@ def autocomplete(
     if not declared and done.max_batch_size > 1 and done.WhichOneof("scheduling_choice") is None:
         done.dynamic_batching.SetInParent()
     _fill_instance_groups(done)
+    if (
+        done.HasField("dynamic_batching")
+        and not done.dynamic_batching.preferred_batch_size
+        and done.max_batch_size > 0
+    ):
+        # Triton's core reports an empty preferred list as [max_batch_size].
+        done.dynamic_batching.preferred_batch_size.append(done.max_batch_size)
     return done
 
 

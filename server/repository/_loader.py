@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from backends import BackendError, Instance, OrtInstance, OrtSettings
-from batching import Batcher
+from batching import Batcher, BatchingError, BatchPolicy
 from proto import model_config_pb2 as mc
 from server.errors import ConfigError, ServerError
 from server.inference import ModelIO
@@ -40,7 +40,7 @@ async def load_model(name: str, path: Path) -> ModelEntry:
     for version in versions:
         try:
             loaded = await _load_version(config, path, version)
-        except (ServerError, BackendError) as exc:
+        except (ServerError, BackendError, BatchingError) as exc:
             entry.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
             _log.error("model '%s' version %d is unavailable: %s", name, version, exc)
             continue
@@ -64,6 +64,7 @@ async def _load_version(config: mc.ModelConfig, path: Path, version: int) -> Mod
     try:
         effective = autocomplete(config, first.signature)
         check_signature(effective, first.signature)
+        policy = BatchPolicy.from_config(effective)
         count = sum(group.count for group in effective.instance_group)
         for index in range(1, count):
             instances.append(
@@ -76,7 +77,7 @@ async def _load_version(config: mc.ModelConfig, path: Path, version: int) -> Mod
             instance.close()
         raise
     stats = ModelStats()
-    batcher = Batcher(f"{config.name}:{version}", instances, stats.record_execution)
+    batcher = Batcher(f"{config.name}:{version}", instances, policy, stats.record_execution)
     await batcher.start()
     _log.info(
         "loaded model '%s' version %d with %d instance(s)", config.name, version, len(instances)

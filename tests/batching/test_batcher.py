@@ -6,7 +6,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from batching import Batcher, BatcherClosedError, ExecutionRecord, TensorMap
+from batching import Batcher, BatcherClosedError, BatchPolicy, ExecutionRecord, TensorMap
+from server.repository import parse_config
+
+# No dynamic_batching: one request per execution, as Triton's default scheduler.
+ONE_BY_ONE = BatchPolicy.from_config(parse_config('name: "m" max_batch_size: 8', "inline"))
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ def _x(value: float) -> dict[str, np.ndarray]:
 async def test_each_request_gets_its_own_answer_one_per_execution() -> None:
     executor = Doubler()
     records: list[ExecutionRecord] = []
-    batcher = Batcher("m", [executor], records.append)
+    batcher = Batcher("m", [executor], ONE_BY_ONE, records.append)
     await batcher.start()
     results = await asyncio.gather(*(batcher.infer(_x(i), 1) for i in range(10)))
     assert [float(r.outputs["y"][0, 0]) for r in results] == [2.0 * i for i in range(10)]
@@ -58,7 +62,7 @@ async def test_each_request_gets_its_own_answer_one_per_execution() -> None:
 
 async def test_instances_run_side_by_side() -> None:
     first, second = Doubler(0.05), Doubler(0.05)
-    batcher = Batcher("m", [first, second])
+    batcher = Batcher("m", [first, second], ONE_BY_ONE)
     await batcher.start()
     await asyncio.gather(*(batcher.infer(_x(1), 1) for _ in range(6)))
     assert len(first.calls) == 3 and len(second.calls) == 3
@@ -68,7 +72,7 @@ async def test_instances_run_side_by_side() -> None:
 
 async def test_a_failing_execution_fails_only_its_request() -> None:
     records: list[ExecutionRecord] = []
-    batcher = Batcher("m", [Doubler()], records.append)
+    batcher = Batcher("m", [Doubler()], ONE_BY_ONE, records.append)
     await batcher.start()
     results = await asyncio.gather(
         batcher.infer(_x(1), 1),
@@ -84,7 +88,7 @@ async def test_a_failing_execution_fails_only_its_request() -> None:
 
 async def test_a_cancelled_request_is_never_executed() -> None:
     executor = Doubler(0.05)
-    batcher = Batcher("m", [executor])
+    batcher = Batcher("m", [executor], ONE_BY_ONE)
     await batcher.start()
     running = asyncio.create_task(batcher.infer(_x(1), 1))
     await asyncio.sleep(0.01)
@@ -98,7 +102,7 @@ async def test_a_cancelled_request_is_never_executed() -> None:
 
 
 async def test_stop_lets_accepted_requests_finish_and_refuses_new_ones() -> None:
-    batcher = Batcher("m", [Doubler(0.05)])
+    batcher = Batcher("m", [Doubler(0.05)], ONE_BY_ONE)
     await batcher.start()
     accepted = [asyncio.create_task(batcher.infer(_x(i), 1)) for i in range(3)]
     await asyncio.sleep(0)
@@ -109,3 +113,69 @@ async def test_stop_lets_accepted_requests_finish_and_refuses_new_ones() -> None
     results = await asyncio.gather(*accepted)
     assert [float(r.outputs["y"][0, 0]) for r in results] == [0.0, 2.0, 4.0]
     await stopping
+
+
+def dynamic(batching: str) -> BatchPolicy:
+    return BatchPolicy.from_config(
+        parse_config(f'name: "m" max_batch_size: 8 dynamic_batching {{ {batching} }}', "inline")
+    )
+
+
+async def test_scattered_requests_are_gathered_and_answered_each_its_own() -> None:
+    executor = Doubler(0.02)
+    records: list[ExecutionRecord] = []
+    batcher = Batcher(
+        "m", [executor], dynamic("max_queue_delay_microseconds: 5000"), records.append
+    )
+    await batcher.start()
+    sizes = [1, 2, 3, 1, 4, 2, 1, 3] * 4
+    requests = [{"x": np.full((n, 2), float(i), np.float32)} for i, n in enumerate(sizes)]
+    results = await asyncio.gather(
+        *(batcher.infer(r, n) for r, n in zip(requests, sizes, strict=True))
+    )
+    for i, (result, n) in enumerate(zip(results, sizes, strict=True)):
+        np.testing.assert_array_equal(result.outputs["y"], np.full((n, 2), 2.0 * i))
+    assert sum(r.batch_size for r in records) == sum(sizes)
+    assert len(records) < len(sizes)
+    assert max(r.batch_size for r in records) <= 8
+    await batcher.stop(1.0)
+
+
+async def test_rejected_on_timeout_and_delayed_ones_still_served() -> None:
+    from batching import RequestTimeoutError
+
+    reject = Batcher(
+        "m",
+        [Doubler(0.05)],
+        dynamic("default_queue_policy { default_timeout_microseconds: 10000 }"),
+    )
+    await reject.start()
+    results = await asyncio.gather(
+        *(reject.infer(_x(i), 1) for i in range(1, 4)), return_exceptions=True
+    )
+    # The first batch takes all three at once (no delay), so none waits past 10 ms.
+    assert not any(isinstance(r, Exception) for r in results)
+    busy = asyncio.create_task(reject.infer(_x(1), 1))
+    await asyncio.sleep(0.005)
+    late = await asyncio.gather(reject.infer(_x(2), 1), return_exceptions=True)
+    assert isinstance(late[0], RequestTimeoutError)
+    assert str(late[0]) == "Request timeout expired"
+    await busy
+    await reject.stop(1.0)
+
+
+async def test_preserve_ordering_answers_in_dispatch_order() -> None:
+    slow, fast = Doubler(0.08), Doubler(0.0)
+    batcher = Batcher("m", [slow, fast], dynamic("preserve_ordering: true"))
+    await batcher.start()
+    finished: list[int] = []
+
+    async def one(i: int) -> None:
+        await batcher.infer(_x(i), 1)
+        finished.append(i)
+
+    first = asyncio.create_task(one(1))
+    await asyncio.sleep(0.01)  # request 1 is running on the slow instance
+    await asyncio.gather(first, one(2))
+    assert finished == [1, 2]
+    await batcher.stop(1.0)

@@ -1,0 +1,45 @@
+"""Batch assembly: concatenate requests' inputs, split outputs back, through an array namespace.
+
+NumPy now; a CuPy namespace with the same `concatenate` serves device arrays later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from batching.messages import TensorMap
+
+
+class ArrayNamespace(Protocol):
+    """The array functions assembly needs (NumPy and CuPy both provide them)."""
+
+    def concatenate(self, arrays: Sequence[Any], axis: int = 0) -> Any: ...
+
+
+def concat_inputs(
+    requests: Sequence[TensorMap], xp: ArrayNamespace = np
+) -> dict[str, npt.NDArray[Any]]:
+    """One tensor per input name, requests stacked along the batch axis in order."""
+    if len(requests) == 1:
+        return dict(requests[0])
+    names = requests[0].keys()
+    return {name: xp.concatenate([r[name] for r in requests], axis=0) for name in names}
+
+
+def split_outputs(
+    outputs: Mapping[str, npt.NDArray[Any]], batch_sizes: Sequence[int]
+) -> list[dict[str, npt.NDArray[Any]]]:
+    """Each request's slice of every output (views, no copies)."""
+    if len(batch_sizes) == 1:
+        return [dict(outputs)]
+    parts: list[dict[str, npt.NDArray[Any]]] = [{} for _ in batch_sizes]
+    for name, array in outputs.items():
+        start = 0
+        for part, size in zip(parts, batch_sizes, strict=True):
+            part[name] = array[start : start + size]
+            start += size
+    return parts

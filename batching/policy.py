@@ -1,0 +1,215 @@
+"""Batch selection: Triton's dynamic batcher as a pure function of the queue, policy and time.
+
+`next_batch` never sleeps or reads the clock: the batcher passes `now_ns` and acts on the
+`Decision` (run these requests now, or wake again at `wait_until_ns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from batching.errors import PolicyError
+from batching.messages import TensorMap
+from proto import model_config_pb2 as mc
+
+
+class TimeoutAction(Enum):
+    """What happens to a request whose queue timeout expires."""
+
+    REJECT = "reject"  # fail it with UNAVAILABLE "Request timeout expired"
+    DELAY = "delay"  # serve it after the requests of its level that have not expired
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """Timeouts and bound of one priority level."""
+
+    timeout_action: TimeoutAction = TimeoutAction.REJECT
+    default_timeout_ns: int = 0  # 0: requests never time out unless they ask to
+    allow_timeout_override: bool = False  # a request's "timeout" parameter may shorten it
+    max_queue_size: int = 0  # 0: unbounded
+
+    @classmethod
+    def from_config(cls, policy: mc.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            timeout_action=(
+                TimeoutAction.DELAY
+                if policy.timeout_action == mc.ModelQueuePolicy.DELAY
+                else TimeoutAction.REJECT
+            ),
+            default_timeout_ns=policy.default_timeout_microseconds * 1000,
+            allow_timeout_override=policy.allow_timeout_override,
+            max_queue_size=policy.max_queue_size,
+        )
+
+    def deadline_ns(self, enqueue_ns: int, requested_timeout_ns: int) -> int | None:
+        """When a request enqueued at `enqueue_ns` expires; None for never."""
+        timeout_ns = self.default_timeout_ns
+        if (
+            self.allow_timeout_override
+            and requested_timeout_ns > 0
+            and (timeout_ns == 0 or requested_timeout_ns < timeout_ns)
+        ):
+            timeout_ns = requested_timeout_ns
+        return enqueue_ns + timeout_ns if timeout_ns > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    """How one model version forms batches; read from its config once, at load."""
+
+    dynamic: bool  # dynamic_batching {} present; otherwise one request per execution
+    max_batch_size: int  # 0: the model does not batch
+    preferred_batch_sizes: tuple[int, ...]  # ascending; [max_batch_size] when none given
+    max_queue_delay_ns: int
+    preserve_ordering: bool
+    priority_levels: int  # >= 1; level 1 is served first
+    default_priority_level: int  # in 1..priority_levels
+    queue_policies: tuple[QueuePolicy, ...]  # one per level, index 0 is level 1
+    equal_shape_inputs: tuple[str, ...] = ()  # inputs whose shapes must match within a batch
+    adaptive_delay: bool = False  # Convoy's opt-in: skip waiting when a batch cannot form
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig) -> BatchPolicy:
+        batching = config.dynamic_batching
+        dynamic = config.HasField("dynamic_batching") and config.max_batch_size > 0
+        levels = max(int(batching.priority_levels), 1)
+        default_level = int(batching.default_priority_level) if batching.priority_levels else 1
+        if not 1 <= default_level <= levels:
+            raise PolicyError(
+                f"model '{config.name}': default_priority_level must be in 1..{levels}, "
+                f"got {default_level}"
+            )
+        default_queue = QueuePolicy.from_config(batching.default_queue_policy)
+        queues = tuple(
+            QueuePolicy.from_config(batching.priority_queue_policy[level])
+            if level in batching.priority_queue_policy
+            else default_queue
+            for level in range(1, levels + 1)
+        )
+        preferred = sorted(
+            size for size in batching.preferred_batch_size if 0 < size <= config.max_batch_size
+        )
+        adaptive = config.parameters["convoy_adaptive_queue_delay"].string_value.lower()
+        return cls(
+            dynamic=dynamic,
+            max_batch_size=config.max_batch_size,
+            preferred_batch_sizes=tuple(preferred) or (max(config.max_batch_size, 1),),
+            max_queue_delay_ns=batching.max_queue_delay_microseconds * 1000,
+            preserve_ordering=batching.preserve_ordering,
+            priority_levels=levels,
+            default_priority_level=default_level,
+            queue_policies=queues,
+            equal_shape_inputs=tuple(
+                tensor.name
+                for tensor in config.input
+                if tensor.optional
+                or tensor.is_shape_tensor
+                or (-1 in tensor.dims and not tensor.allow_ragged_batch)
+            ),
+            adaptive_delay=adaptive in ("true", "1", "yes", "on"),
+        )
+
+    def shape_key(self, inputs: TensorMap) -> tuple[object, ...]:
+        """What must be equal for two requests to share a batch (shapes after the batch dim)."""
+        return tuple(
+            inputs[name].shape[1:] if name in inputs else None for name in self.equal_shape_inputs
+        )
+
+    def level_of(self, priority: int) -> int:
+        """The level a request's "priority" parameter selects (0 or out of range: default)."""
+        if priority < 1 or priority > self.priority_levels:
+            return self.default_priority_level
+        return priority
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What selection needs to know about one queued request."""
+
+    batch_size: int  # the request's own batch dimension (1 for a non-batching model)
+    enqueue_ns: int
+    shape_key: tuple[object, ...]  # shapes of the inputs whose shapes must match in a batch
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Take the first `count` candidates now, or (count 0) wake again at `wait_until_ns`."""
+
+    count: int
+    wait_until_ns: int | None = None  # None with count 0: nothing to do until a change
+
+
+NOTHING = Decision(0)
+
+
+def next_batch(
+    candidates: Iterable[Candidate],
+    policy: BatchPolicy,
+    now_ns: int,
+    arrival_interval_ns: int | None = None,
+) -> Decision:
+    """Triton's choice for the next batch, from the queued requests in service order.
+
+    `arrival_interval_ns` is the recent mean time between arrivals; only the adaptive delay
+    reads it, to skip waiting for a batch that cannot fill within the delay.
+    """
+    if not policy.dynamic:
+        return Decision(1) if any(True for _ in candidates) else NOTHING
+    largest_preferred = policy.preferred_batch_sizes[-1]
+    pending = 0  # requests' batch sizes added up
+    count = 0
+    preferred_count = 0  # count at the largest preferred size seen so far
+    oldest_ns: int | None = None
+    first_shape: tuple[object, ...] | None = None
+    send_now = False
+    for candidate in candidates:
+        if count and (
+            pending + candidate.batch_size > policy.max_batch_size
+            or candidate.shape_key != first_shape
+        ):
+            send_now = True  # no reordering: the batch is cut here
+            break
+        if not count:
+            first_shape = candidate.shape_key
+        count += 1
+        pending += candidate.batch_size
+        oldest_ns = (
+            candidate.enqueue_ns if oldest_ns is None else min(oldest_ns, candidate.enqueue_ns)
+        )
+        if pending in policy.preferred_batch_sizes:
+            preferred_count = count
+    if not count or oldest_ns is None:
+        return NOTHING
+    waited_ns = now_ns - oldest_ns
+    delay_exceeded = policy.max_queue_delay_ns != 0 and waited_ns >= policy.max_queue_delay_ns
+    if preferred_count and not delay_exceeded:
+        return Decision(preferred_count)
+    if send_now or pending >= largest_preferred:
+        return Decision(count)
+    if delay_exceeded or policy.max_queue_delay_ns == 0:
+        return Decision(count)
+    deadline_ns = oldest_ns + policy.max_queue_delay_ns
+    if policy.adaptive_delay and not _can_fill(
+        pending, policy, now_ns, deadline_ns, arrival_interval_ns
+    ):
+        return Decision(count)
+    return Decision(0, deadline_ns)
+
+
+def _can_fill(
+    pending: int,
+    policy: BatchPolicy,
+    now_ns: int,
+    deadline_ns: int,
+    arrival_interval_ns: int | None,
+) -> bool:
+    # The next preferred size above what is pending, reached by arrivals at the recent rate.
+    if arrival_interval_ns is None or arrival_interval_ns <= 0:
+        return False
+    target = next((s for s in policy.preferred_batch_sizes if s > pending), None)
+    if target is None:
+        return False
+    return now_ns + (target - pending) * arrival_interval_ns <= deadline_ns

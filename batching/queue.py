@@ -1,0 +1,120 @@
+"""`RequestQueue`: one FIFO per priority level with Triton's queue policies; synchronous.
+
+Owned by the event loop's batcher, so it needs no locks. Requests leave it by being taken into
+a batch, discarded (their caller went away) or rejected on timeout; all three are O(1) or lazy.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from batching.errors import QueueFullError
+from batching.messages import TensorMap
+from batching.policy import BatchPolicy, Candidate, TimeoutAction
+
+
+@dataclass(slots=True, eq=False)
+class Queued:
+    """One request waiting for a batch."""
+
+    inputs: TensorMap
+    candidate: Candidate
+    level: int  # 1 is the highest priority
+    deadline_ns: int | None  # queue timeout; None for never
+    future: Any  # the caller's asyncio.Future, resolved by the batcher
+    active: bool = True  # False once taken, discarded or rejected
+    delayed: bool = False  # timed out under DELAY: served after its level's other requests
+
+
+@dataclass(slots=True)
+class _Level:
+    policy_index: int
+    waiting: deque[Queued] = field(default_factory=deque)
+    delayed: deque[Queued] = field(default_factory=deque)
+    size: int = 0  # active requests, for max_queue_size
+
+
+class RequestQueue:
+    """The queued requests of one model version, in service order."""
+
+    def __init__(self, policy: BatchPolicy) -> None:
+        self._policy = policy
+        self._levels = [_Level(i) for i in range(policy.priority_levels)]
+        self._deadlines: list[tuple[int, int, Queued]] = []  # heap of (deadline, seq, request)
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return sum(level.size for level in self._levels)
+
+    def push(self, request: Queued) -> None:
+        """Queue a request, or refuse it at once when its level is full."""
+        level = self._levels[request.level - 1]
+        limit = self._policy.queue_policies[level.policy_index].max_queue_size
+        if limit and level.size >= limit:
+            raise QueueFullError("Exceeds maximum queue size")
+        level.waiting.append(request)
+        level.size += 1
+        if request.deadline_ns is not None:
+            self._seq += 1
+            heapq.heappush(self._deadlines, (request.deadline_ns, self._seq, request))
+
+    def discard(self, request: Queued) -> None:
+        """Forget a request whose caller went away; it is skipped when reached."""
+        if request.active:
+            request.active = False
+            self._levels[request.level - 1].size -= 1
+
+    def expire(self, now_ns: int) -> list[Queued]:
+        """Apply timeouts due by `now_ns`; returns the REJECT ones, which have left the queue."""
+        rejected = []
+        while self._deadlines and self._deadlines[0][0] <= now_ns:
+            _, _, request = heapq.heappop(self._deadlines)
+            if not request.active or request.delayed:
+                continue
+            level = self._levels[request.level - 1]
+            action = self._policy.queue_policies[level.policy_index].timeout_action
+            if action is TimeoutAction.DELAY:
+                request.delayed = True
+                level.delayed.append(request)
+            else:
+                self.discard(request)
+                rejected.append(request)
+        return rejected
+
+    def next_deadline_ns(self) -> int | None:
+        while self._deadlines:
+            _, _, request = self._deadlines[0]
+            if request.active and not request.delayed:
+                return self._deadlines[0][0]
+            heapq.heappop(self._deadlines)
+        return None
+
+    def __iter__(self) -> Iterator[Queued]:
+        """Active requests in service order: by level, each level's waiting then delayed ones."""
+        for level in self._levels:
+            for request in level.waiting:
+                if request.active and not request.delayed:
+                    yield request
+            for request in level.delayed:
+                if request.active:
+                    yield request
+
+    def take(self, count: int) -> list[Queued]:
+        """Remove and return the first `count` active requests in service order."""
+        taken: list[Queued] = []
+        for level in self._levels:
+            for line in (level.waiting, level.delayed):
+                while line and len(taken) < count:
+                    request = line.popleft()
+                    if not request.active or (line is level.waiting and request.delayed):
+                        continue
+                    request.active = False
+                    level.size -= 1
+                    taken.append(request)
+                if len(taken) == count:
+                    return taken
+        return taken

@@ -1,0 +1,140 @@
+"""Triton's batch selection, one rule per test, with time passed in explicitly."""
+
+import pytest
+
+from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
+from server.repository import parse_config
+
+MS = 1_000_000  # nanoseconds
+
+
+def policy(text: str, max_batch_size: int = 8) -> BatchPolicy:
+    return BatchPolicy.from_config(
+        parse_config(f'name: "m" max_batch_size: {max_batch_size} {text}', "inline")
+    )
+
+
+def queued(*sizes: int, at_ns: int = 0, shape: tuple[object, ...] = ()) -> list[Candidate]:
+    return [Candidate(size, at_ns, shape) for size in sizes]
+
+
+def test_without_dynamic_batching_one_request_per_execution() -> None:
+    assert next_batch(queued(1, 1, 1), policy(""), 0) == Decision(1)
+
+
+def test_non_batching_model_never_batches() -> None:
+    assert next_batch(queued(1, 1), policy("dynamic_batching {}", 0), 0) == Decision(1)
+
+
+def test_empty_queue_means_nothing_to_do() -> None:
+    assert next_batch([], policy("dynamic_batching {}"), 0) == Decision(0)
+
+
+def test_default_settings_send_as_much_as_possible_without_waiting() -> None:
+    # No preferred sizes and no delay: everything pending, up to max_batch_size, at once.
+    assert next_batch(queued(1, 1, 1), policy("dynamic_batching {}"), 0) == Decision(3)
+
+
+def test_max_batch_size_cuts_the_batch() -> None:
+    assert next_batch(queued(3, 3, 3), policy("dynamic_batching {}"), 0) == Decision(2)
+
+
+def test_a_request_counts_its_own_batch_dimension() -> None:
+    chosen = policy("dynamic_batching { preferred_batch_size: [4] }")
+    assert next_batch(queued(2, 2, 2), chosen, 0) == Decision(2)
+
+
+def test_largest_reachable_preferred_size_is_sent_before_the_delay() -> None:
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [2, 4] max_queue_delay_microseconds: 1000 }"
+    )
+    assert next_batch(queued(1, 1, 1, 1, 1), chosen, 0) == Decision(4)
+
+
+def test_unreachable_preferred_size_waits_for_the_oldest_request_delay() -> None:
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
+    )
+    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 11 * MS) == Decision(0, 12 * MS)
+
+
+def test_after_the_delay_whatever_is_pending_is_sent() -> None:
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
+    )
+    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 12 * MS) == Decision(2)
+
+
+def test_pending_at_the_largest_preferred_size_goes_at_once() -> None:
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [2, 3] max_queue_delay_microseconds: 2000 }"
+    )
+    # 1+3 = 4 passes every preferred size without hitting one: send all that is pending.
+    assert next_batch(queued(1, 3), chosen, 0) == Decision(2)
+
+
+def test_a_shape_mismatch_cuts_the_batch_without_reordering() -> None:
+    chosen = policy("dynamic_batching { max_queue_delay_microseconds: 5000 }")
+    candidates = [
+        Candidate(1, 0, ((3,),)),
+        Candidate(1, 0, ((3,),)),
+        Candidate(1, 0, ((5,),)),
+        Candidate(1, 0, ((3,),)),
+    ]
+    assert next_batch(candidates, chosen, 0) == Decision(2)
+
+
+def test_preferred_sizes_default_to_max_batch_size() -> None:
+    assert policy("dynamic_batching {}").preferred_batch_sizes == (8,)
+
+
+def test_adaptive_delay_does_not_wait_for_a_batch_that_cannot_fill() -> None:
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 } "
+        'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }'
+    )
+    # One request every 5 ms: three more cannot arrive within 2 ms, so send now.
+    assert next_batch(queued(1), chosen, 0, arrival_interval_ns=5 * MS) == Decision(1)
+    # One every 0.1 ms: the batch fills well within the delay, so wait as Triton would.
+    assert next_batch(queued(1), chosen, 0, arrival_interval_ns=MS // 10) == Decision(0, 2 * MS)
+
+
+def test_priority_levels_and_queue_policies() -> None:
+    chosen = policy(
+        """dynamic_batching {
+             priority_levels: 3 default_priority_level: 2
+             default_queue_policy { max_queue_size: 5 }
+             priority_queue_policy { key: 1 value: { timeout_action: DELAY
+               default_timeout_microseconds: 100 allow_timeout_override: true } }
+           }"""
+    )
+    assert [chosen.level_of(p) for p in (0, 1, 3, 4)] == [2, 1, 3, 2]
+    assert chosen.queue_policies[1] == QueuePolicy(max_queue_size=5)
+    assert chosen.queue_policies[0].default_timeout_ns == 100_000
+
+
+def test_timeout_override_may_only_shorten() -> None:
+    fixed = QueuePolicy(default_timeout_ns=100, allow_timeout_override=False)
+    assert fixed.deadline_ns(1000, 10) == 1100
+    shortening = QueuePolicy(default_timeout_ns=100, allow_timeout_override=True)
+    assert shortening.deadline_ns(1000, 10) == 1010
+    assert shortening.deadline_ns(1000, 500) == 1100
+    unbounded = QueuePolicy(allow_timeout_override=True)
+    assert unbounded.deadline_ns(1000, 0) is None
+    assert unbounded.deadline_ns(1000, 20) == 1020
+
+
+def test_default_priority_level_must_be_a_level() -> None:
+    with pytest.raises(PolicyError, match="default_priority_level"):
+        policy("dynamic_batching { priority_levels: 2 default_priority_level: 3 }")
+
+
+def test_variable_dims_and_optional_inputs_must_match_within_a_batch() -> None:
+    chosen = policy(
+        """input [ { name: "fixed" data_type: TYPE_FP32 dims: [4] },
+                   { name: "var" data_type: TYPE_FP32 dims: [-1] },
+                   { name: "ragged" data_type: TYPE_FP32 dims: [-1] allow_ragged_batch: true },
+                   { name: "opt" data_type: TYPE_FP32 dims: [2] optional: true } ]
+           dynamic_batching {}"""
+    )
+    assert chosen.equal_shape_inputs == ("var", "opt")
