@@ -1,0 +1,367 @@
+"""Dynamic batching and instance groups end to end: real server, real client, real models.
+
+One server serves several configurations of the same two ONNX files: `mlp` (fast, for
+correctness under load) and `resnet18` (slow enough on CPU to fill queues deterministically).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from e2e_support import ConvoyServer
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+
+RESNET_DIMS = "dims: [3, 224, 224]"
+
+
+def _resnet_config(name: str, max_batch_size: int, batching: str, instances: int = 1) -> str:
+    return f"""
+name: "{name}"
+backend: "onnxruntime"
+max_batch_size: {max_batch_size}
+input [ {{ name: "input" data_type: TYPE_FP32 {RESNET_DIMS} }} ]
+output [ {{ name: "output" data_type: TYPE_FP32 dims: [1000] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+{batching}
+"""
+
+
+def _mlp_config(name: str, batching: str) -> str:
+    return f"""
+name: "{name}"
+backend: "onnxruntime"
+max_batch_size: 64
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [256] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [10] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{batching}
+"""
+
+
+CONFIGS = {
+    "mlp_batched": (
+        "mlp",
+        _mlp_config("mlp_batched", "dynamic_batching { max_queue_delay_microseconds: 20000 }"),
+    ),
+    "mlp_unbatched": ("mlp", _mlp_config("mlp_unbatched", "")),
+    "resnet_small_queue": (
+        "resnet",
+        _resnet_config(
+            "resnet_small_queue",
+            1,
+            "dynamic_batching { default_queue_policy { max_queue_size: 2 } }",
+        ),
+    ),
+    "resnet_reject": (
+        "resnet",
+        _resnet_config(
+            "resnet_reject",
+            1,
+            "dynamic_batching { default_queue_policy { default_timeout_microseconds: 5000 } }",
+        ),
+    ),
+    "resnet_delay": (
+        "resnet",
+        _resnet_config(
+            "resnet_delay",
+            1,
+            "dynamic_batching { default_queue_policy { timeout_action: DELAY "
+            "default_timeout_microseconds: 1000 } }",
+        ),
+    ),
+    "resnet_override": (
+        "resnet",
+        _resnet_config(
+            "resnet_override",
+            1,
+            "dynamic_batching { default_queue_policy { allow_timeout_override: true } }",
+        ),
+    ),
+    "resnet_priority": (
+        "resnet",
+        _resnet_config(
+            "resnet_priority",
+            1,
+            "dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
+        ),
+    ),
+    "resnet_ordered": (
+        "resnet",
+        _resnet_config("resnet_ordered", 8, "dynamic_batching { preserve_ordering: true }", 2),
+    ),
+    "resnet_unordered": (
+        "resnet",
+        _resnet_config("resnet_unordered", 8, "dynamic_batching { }", 2),
+    ),
+    "resnet_two": ("resnet", _resnet_config("resnet_two", 1, "", 2)),
+}
+
+
+@pytest.fixture(scope="module")
+def onnx_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("onnx")
+    files = {"mlp": root / "mlp.onnx", "resnet": root / "resnet.onnx"}
+    onnx.save(models.mlp(), files["mlp"])
+    onnx.save(models.resnet18(), files["resnet"])
+    return files
+
+
+@pytest.fixture(scope="module")
+def server(
+    onnx_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConvoyServer]:
+    repo = tmp_path_factory.mktemp("batching")
+    for name, (kind, config) in CONFIGS.items():
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+        (repo / name / "1" / "model.onnx").symlink_to(onnx_files[kind])
+    running = ConvoyServer(repo, tmp_path_factory.mktemp("log") / "server.log").start()
+    try:
+        yield running
+        assert running.stop() == 0
+    finally:
+        running.kill()
+
+
+@pytest.fixture
+def client(server: ConvoyServer) -> Iterator[grpcclient.InferenceServerClient]:
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as opened:
+        yield opened
+
+
+def _stats(client: grpcclient.InferenceServerClient, model: str):  # type: ignore[no-untyped-def]
+    return client.get_inference_statistics(model).model_stats[0]
+
+
+def _image(batch: int = 1, seed: int = 0) -> list[grpcclient.InferInput]:
+    array = np.random.default_rng(seed).standard_normal((batch, 3, 224, 224), np.float32)
+    tensor = grpcclient.InferInput("input", list(array.shape), "FP32")
+    tensor.set_data_from_numpy(array)
+    return [tensor]
+
+
+async def _gather(url: str, calls: list) -> list:  # type: ignore[type-arg]
+    async with aioclient.InferenceServerClient(url) as aio:
+        return await asyncio.gather(*(call(aio) for call in calls), return_exceptions=True)
+
+
+def test_256_concurrent_mixed_batch_requests_each_get_their_own_answer(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient, onnx_files: dict[str, Path]
+) -> None:
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal((int(rng.integers(1, 5)), 256), np.float32) for _ in range(256)]
+    session = ort.InferenceSession(str(onnx_files["mlp"]), providers=["CPUExecutionProvider"])
+    expected = [session.run(None, {"INPUT": a})[0] for a in arrays]
+    before = _stats(client, "mlp_batched")
+
+    def call(array: np.ndarray):  # type: ignore[no-untyped-def]
+        async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+            tensor = aioclient.InferInput("INPUT", list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            return (await aio.infer("mlp_batched", [tensor])).as_numpy("OUTPUT")
+
+        return run
+
+    results = asyncio.run(_gather(server.url, [call(a) for a in arrays]))
+    for got, want in zip(results, expected, strict=True):
+        assert not isinstance(got, Exception), got
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    after = _stats(client, "mlp_batched")
+    inferences = after.inference_count - before.inference_count
+    executions = after.execution_count - before.execution_count
+    assert inferences == sum(len(a) for a in arrays)
+    assert executions < inferences
+    assert any(s.batch_size > 4 for s in after.batch_stats)
+    assert after.inference_stats.queue.count - before.inference_stats.queue.count == 256
+
+
+def test_without_dynamic_batching_each_request_runs_alone(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    array = np.ones((2, 256), np.float32)
+
+    async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        tensor = aioclient.InferInput("INPUT", [2, 256], "FP32")
+        tensor.set_data_from_numpy(array)
+        return await aio.infer("mlp_unbatched", [tensor])
+
+    results = asyncio.run(_gather(server.url, [run] * 40))
+    assert not any(isinstance(r, Exception) for r in results)
+    stats = _stats(client, "mlp_unbatched")
+    assert stats.execution_count == 40
+    assert stats.inference_count == 80
+    assert [s.batch_size for s in stats.batch_stats] == [2]
+
+
+def test_max_queue_size_refuses_fast_and_no_request_is_lost_or_answered_twice(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    before = _stats(client, "resnet_small_queue")
+    timings: list[tuple[float, object]] = []
+
+    async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        start = time.monotonic()
+        try:
+            result = await aio.infer("resnet_small_queue", _image())
+        except InferenceServerException as exc:
+            timings.append((time.monotonic() - start, exc))
+            raise
+        timings.append((time.monotonic() - start, result))
+        return result
+
+    results = asyncio.run(_gather(server.url, [run] * 24))
+    refused = [r for r in results if isinstance(r, InferenceServerException)]
+    served = [r for r in results if not isinstance(r, Exception)]
+    assert len(refused) + len(served) == 24 == len(timings)
+    assert refused and served
+    for exc in refused:
+        assert exc.status() == "StatusCode.UNAVAILABLE"
+        assert "Exceeds maximum queue size" in exc.message()
+    # Refusals come at once, not after waiting for a turn.
+    slowest_refusal = max(t for t, r in timings if isinstance(r, InferenceServerException))
+    slowest_success = max(t for t, r in timings if not isinstance(r, InferenceServerException))
+    assert slowest_refusal < slowest_success
+    after = _stats(client, "resnet_small_queue")
+    assert after.inference_stats.success.count - before.inference_stats.success.count == len(served)
+    assert after.inference_stats.fail.count - before.inference_stats.fail.count == len(refused)
+
+
+def test_reject_timeout_answers_unavailable(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        return await aio.infer("resnet_reject", _image())
+
+    results = asyncio.run(_gather(server.url, [run] * 6))
+    expired = [r for r in results if isinstance(r, InferenceServerException)]
+    assert expired, "some requests should wait past 5 ms behind a busy instance"
+    assert all(e.status() == "StatusCode.UNAVAILABLE" for e in expired)
+    assert all("Request timeout expired" in e.message() for e in expired)
+    assert len(expired) < 6  # the first one ran
+
+
+def test_delay_timeout_still_serves_every_request(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        return await aio.infer("resnet_delay", _image())
+
+    results = asyncio.run(_gather(server.url, [run] * 6))
+    assert not any(isinstance(r, Exception) for r in results)
+
+
+def test_request_timeout_parameter_shortens_the_queue_timeout(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    async def patient(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        return await aio.infer("resnet_override", _image())
+
+    async def hasty(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.005)  # the patient ones hold the instance
+        return await aio.infer("resnet_override", _image(), timeout=1000)
+
+    results = asyncio.run(_gather(server.url, [patient, patient, patient, hasty]))
+    assert not any(isinstance(r, Exception) for r in results[:3])
+    assert isinstance(results[3], InferenceServerException)
+    assert "Request timeout expired" in results[3].message()
+
+
+def test_higher_priority_requests_overtake_queued_ones(server: ConvoyServer) -> None:
+    finished: list[str] = []
+
+    def call(tag: str, priority: int, delay_s: float):  # type: ignore[no-untyped-def]
+        async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(delay_s)
+            await aio.infer("resnet_priority", _image(), priority=priority)
+            finished.append(tag)
+
+        return run
+
+    calls = [call(f"low{i}", 0, 0.0) for i in range(5)] + [call("high", 1, 0.03)]
+    results = asyncio.run(_gather(server.url, calls))
+    assert not any(isinstance(r, Exception) for r in results)
+    # "high" arrived last, behind queued low-priority requests, and still finished before some.
+    assert finished.index("high") < len(finished) - 1
+
+
+def _ordered_completion(server: ConvoyServer, model: str) -> list[str]:
+    finished: list[str] = []
+
+    def call(tag: str, batch: int, delay_s: float):  # type: ignore[no-untyped-def]
+        async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(delay_s)
+            await aio.infer(model, _image(batch))
+            finished.append(tag)
+
+        return run
+
+    results = asyncio.run(_gather(server.url, [call("big", 8, 0.0), call("small", 1, 0.02)]))
+    assert not any(isinstance(r, Exception) for r in results)
+    return finished
+
+
+def test_preserve_ordering_answers_in_arrival_order(server: ConvoyServer) -> None:
+    # Control: without preserve_ordering the small request, on the second instance, wins.
+    assert _ordered_completion(server, "resnet_unordered") == ["small", "big"]
+    assert _ordered_completion(server, "resnet_ordered") == ["big", "small"]
+
+
+def test_two_instances_execute_at_the_same_time(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        return await aio.infer("resnet_two", _image())
+
+    start = time.monotonic_ns()
+    results = asyncio.run(_gather(server.url, [run] * 8))
+    wall_ns = time.monotonic_ns() - start
+    assert not any(isinstance(r, Exception) for r in results)
+    stats = _stats(client, "resnet_two")
+    assert stats.execution_count == 8
+    # Executions add up to more time than passed: they overlapped.
+    assert stats.inference_stats.compute_infer.ns > wall_ns
+
+
+def test_a_cancelled_request_is_counted_and_its_neighbours_served(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    async def patient(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        return await aio.infer("resnet_priority", _image())
+
+    async def impatient(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.005)
+        return await aio.infer("resnet_priority", _image(), client_timeout=0.01)
+
+    results = asyncio.run(_gather(server.url, [patient, patient, impatient, patient]))
+    assert isinstance(results[2], InferenceServerException)
+    assert "Deadline" in results[2].message() or "DEADLINE" in str(results[2].status())
+    assert not any(isinstance(r, Exception) for i, r in enumerate(results) if i != 2)
+    deadline = time.monotonic() + 5
+    text = ""
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
+            text = page.read().decode()
+        if (
+            'nv_inference_request_failure{model="resnet_priority",reason="CANCELED",version="1"} 1'
+            in text
+        ):
+            break
+        time.sleep(0.1)
+    assert 'reason="CANCELED"' in text
+    assert (
+        'nv_inference_request_failure{model="resnet_priority",reason="CANCELED",version="1"} 1'
+        in text
+    )
