@@ -1,5 +1,9 @@
-"""Data only: generated protocol modules."""
+"""Data only: generated protocol modules.
 
-from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
+`proto.grpc_service_pb2_grpc` (stubs and servicer base) is imported on its own by the server,
+so that `backends` and `batching`, which read `model_config_pb2`, never load grpc.
+"""
 
-__all__ = ["grpc_service_pb2", "grpc_service_pb2_grpc", "model_config_pb2"]
+from proto import grpc_service_pb2, model_config_pb2
+
+__all__ = ["grpc_service_pb2", "model_config_pb2"]

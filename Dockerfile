@@ -1,0 +1,27 @@
+# Convoy on CPU with the example model repository baked in at /models.
+# The builder makes the wheel and writes the example models (onnx is needed only for that);
+# the final stage holds the runtime install and /models, nothing else.
+
+FROM python:3.11-slim AS builder
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY proto/ proto/
+COPY server/ server/
+COPY batching/ batching/
+COPY backends/ backends/
+COPY scripts/ scripts/
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && pip install "onnx>=1.16" "numpy>=1.26" \
+    && python scripts/gen_models.py /models
+
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=builder /wheels /tmp/wheels
+RUN pip install /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels \
+    && useradd --system --no-create-home --shell /usr/sbin/nologin convoy
+COPY --from=builder /models /models
+USER convoy
+EXPOSE 8001 8002
+CMD ["convoy", "serve", "--model-repository", "/models", "--host", "0.0.0.0"]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# THE test command: lint, format check, import contracts, types, tests. CI runs it via .ci/run.
+# Usage: scripts/test.sh [PYTEST_ARGS...]
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ ! -x .venv/bin/python ]]; then
+    echo "==> creating .venv"
+    python3 -m venv .venv
+fi
+# shellcheck disable=SC1091
+source .venv/bin/activate
+
+step() {
+    local name=$1
+    shift
+    echo "==> ${name}"
+    local start_s=${SECONDS}
+    local rc=0
+    "$@" || rc=$?
+    if ((rc != 0)); then
+        echo "    ${name}: FAILED (exit ${rc}, $((SECONDS - start_s)) s)"
+        exit "${rc}"
+    fi
+    echo "    ${name}: ok ($((SECONDS - start_s)) s)"
+}
+
+step "pip install -e .[dev]" python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+step "ruff check" ruff check .
+step "ruff format --check" ruff format --check .
+step "lint-imports" lint-imports
+step "mypy" mypy
+step "pytest" python -m pytest -q "$@"
