@@ -5,19 +5,21 @@ model file declares (`ModelSignature`), and the ONNX Runtime backend.
 """
 
 from backends.base import ExecutionResult, Instance, ModelSignature, TensorMap, TensorSignature
-from backends.errors import BackendError, ExecutionError, ModelLoadError
-from backends.onnxruntime import OrtInstance, OrtSettings, read_onnx_signature
+from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from backends.onnxruntime import OrtInstance, OrtSettings, prepare_inputs, read_onnx_signature
 
 __all__ = [
     "BackendError",
     "ExecutionError",
     "ExecutionResult",
     "Instance",
+    "InvalidTensorError",
     "ModelLoadError",
     "ModelSignature",
     "OrtInstance",
     "OrtSettings",
     "TensorMap",
     "TensorSignature",
+    "prepare_inputs",
     "read_onnx_signature",
 ]

@@ -11,3 +11,7 @@ class ModelLoadError(BackendError):
 
 class ExecutionError(BackendError):
     """A batch failed inside the runtime; only that batch's requests fail."""
+
+
+class InvalidTensorError(BackendError):
+    """A request's tensor holds values this backend cannot take (e.g. non-UTF-8 strings)."""

@@ -11,12 +11,11 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
-from prometheus_client import CollectorRegistry, start_http_server
 
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.engine import Engine
 from server.grpc import InferenceServicer
-from server.metrics import StatsCollector
+from server.metrics import MetricsServer, StatsCollector
 from server.repository import Repository
 from server.settings import ServerSettings
 
@@ -54,14 +53,13 @@ class App:
         if self.grpc_port == 0:
             raise OSError(f"cannot bind gRPC to {self.settings.host}:{self.settings.grpc_port}")
         await self._server.start()
-        self._metrics_server = None
+        self._metrics_server: MetricsServer | None = None
         if self.settings.allow_metrics:
-            registry = CollectorRegistry()
-            registry.register(StatsCollector(self.repository))
-            self._metrics_server, _ = start_http_server(
-                self.settings.metrics_port, addr=self.settings.host, registry=registry
+            self._metrics_server = MetricsServer(
+                StatsCollector(self.repository), self.settings.host, self.settings.metrics_port
             )
-            self.metrics_port = self._metrics_server.server_port
+            self._metrics_server.start()
+            self.metrics_port = self._metrics_server.port
         await self._set_health()
         _log.info(
             "serving gRPC on %s:%d%s",
@@ -73,14 +71,14 @@ class App:
     async def stop(self) -> None:
         """Readiness goes false, new requests get UNAVAILABLE, in-flight ones finish (bounded)."""
         timeout_s = self.settings.exit_timeout_s
-        drained = self.engine.drain(timeout_s)
+        self.engine.stop_accepting()
         await self._set_health()
-        if not await drained:
+        if not await self.engine.wait_idle(timeout_s):
             _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
         await self._server.stop(grace=1.0)
         await self.repository.unload_all(timeout_s=1.0)
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+            self._metrics_server.stop()
         _log.info("stopped")
 
     def _build_grpc_server(self) -> grpc.aio.Server:

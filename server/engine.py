@@ -56,9 +56,12 @@ class Engine:
             return False
         return self.repository.all_ready() if self._strict_readiness else True
 
-    async def drain(self, timeout_s: float) -> bool:
-        """Refuse new requests and wait (bounded) for those in flight; True if all finished."""
+    def stop_accepting(self) -> None:
+        """From now on readiness is false and new requests get UNAVAILABLE."""
         self._stopping = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait (bounded) for the requests in flight; True if all finished."""
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         except TimeoutError:
@@ -77,6 +80,8 @@ class Engine:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
         target = self.repository.get(model, version)
         arrays, batch_size = check_request(target.io, inputs, outputs)
+        if target.prepare is not None:
+            arrays = target.prepare(arrays)
         start_ns = time.monotonic_ns()
         self._in_flight += 1
         self._idle.clear()

@@ -27,3 +27,7 @@ class InvalidInputError(ServerError):
 
 class UnsupportedError(ServerError):
     """The request asks for a feature Convoy does not provide (in this mode)."""
+
+
+class ModelControlDisabledError(ServerError):
+    """Loading and unloading through the API needs explicit model control mode."""

@@ -1,12 +1,15 @@
 """Prometheus metrics under Triton's names, read from the model statistics at scrape time.
 
 Nothing is counted on the request path: the collector walks the statistics when scraped.
-Counters keep Triton's exact names (no `_total` suffix), so existing dashboards work.
+Counters keep Triton's exact names in samples and in HELP/TYPE lines (prometheus_client's
+text exposition would name the family `<name>_total`), so the page is rendered here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -82,7 +85,8 @@ class StatsCollector(Collector):
         self._repository = repository
 
     def collect(self) -> Iterator[Metric]:
-        versions = [v for entry in self._repository.entries() for v in entry.ready.values()]
+        # Runs on the metrics thread: take a snapshot of the versions before walking them.
+        versions = [v for entry in self._repository.entries() for v in list(entry.ready.values())]
         for name, kind, documentation, value in _FAMILIES:
             family = Metric(name, documentation, kind)
             for version in versions:
@@ -98,3 +102,63 @@ class StatsCollector(Collector):
 
 def _labels(version: ModelVersion) -> dict[str, str]:
     return {"model": version.name, "version": str(version.version)}
+
+
+def render(families: Iterable[Metric]) -> str:
+    """The Prometheus text format, with each family's own name on its HELP and TYPE lines."""
+    lines = []
+    for family in families:
+        documentation = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        lines.append(f"# HELP {family.name} {documentation}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
+            lines.append(f"{sample.name}{{{labels}}} {_number(sample.value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    # Counts stay exact integers; everything else in Python's shortest round-trip form.
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+class MetricsServer:
+    """`GET /metrics` on its own thread; scrapes only read counters the event loop updates."""
+
+    def __init__(self, collector: Collector, host: str, port: int) -> None:
+        handler = type("MetricsHandler", (_Handler,), {"collector": collector})
+        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_port
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="metrics", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    collector: Collector
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/metrics":
+            self.send_error(404, "only /metrics is served here")
+            return
+        body = render(self.collector.collect()).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # scrapes every few seconds would flood the log

@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 
 from backends.base import ExecutionResult, ModelSignature, TensorMap, TensorSignature
-from backends.errors import ExecutionError, ModelLoadError
+from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from backends.onnxruntime._settings import OrtSettings
 from proto import model_config_pb2 as mc
 
@@ -87,7 +87,7 @@ class OrtInstance:
             if self._uses_strings:
                 return self._run_plain(inputs)
             return self._run_bound(inputs)
-        except ExecutionError:
+        except BackendError:
             raise
         except Exception as exc:
             raise ExecutionError(f"instance '{self._name}': {exc}") from exc
@@ -117,7 +117,7 @@ class OrtInstance:
 
     def _run_plain(self, inputs: TensorMap) -> ExecutionResult:
         start_ns = time.monotonic_ns()
-        feed = {name: _to_ort_strings(name, array) for name, array in inputs.items()}
+        feed = prepare_inputs(inputs)
         fed_ns = time.monotonic_ns()
         values = self._session.run(self._output_names, feed)
         ran_ns = time.monotonic_ns()
@@ -145,16 +145,22 @@ def _tensor_signature(arg: Any) -> TensorSignature:
     return TensorSignature(arg.name, data_type, shape)
 
 
+def prepare_inputs(inputs: TensorMap) -> dict[str, np.ndarray]:
+    """BYTES inputs as the text ONNX Runtime's Python binding needs; call it per request, so
+    that one request's bad bytes fail only that request, before it joins a batch."""
+    return {name: _to_ort_strings(name, array) for name, array in inputs.items()}
+
+
 def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:
     if array.dtype != object:
         return array
-    # ORT's Python binding turns bytes into their repr, so hand it text; its strings are UTF-8.
+    # The binding turns bytes into their repr, so hand it str; ORT strings must be UTF-8 then.
     try:
         text = [v.decode("utf-8") if isinstance(v, bytes) else v for v in array.flat]
     except UnicodeDecodeError as exc:
-        raise ExecutionError(
-            f"input '{name}' holds bytes that are not UTF-8, which ONNX Runtime string tensors "
-            f"require: {exc}"
+        raise InvalidTensorError(
+            f"input '{name}' holds bytes that are not valid UTF-8 ({exc.reason} at byte "
+            f"{exc.start}); the ONNX Runtime backend passes BYTES tensors as UTF-8 text"
         ) from exc
     return np.fromiter(text, dtype=object, count=len(text)).reshape(array.shape)
 

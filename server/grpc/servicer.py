@@ -14,7 +14,12 @@ from batching import BatchingError
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
 from server.engine import Engine
-from server.errors import ServerError, UnsupportedError
+from server.errors import (
+    InvalidInputError,
+    ModelControlDisabledError,
+    ServerError,
+    UnsupportedError,
+)
 from server.grpc.codec import decode_inputs, encode_response, infer_options, requested_outputs
 from server.grpc.messages import index_entries, model_metadata, model_statistics
 from server.grpc.status import status_for
@@ -23,7 +28,16 @@ from server.repository import ModelVersion
 _log = logging.getLogger(__name__)
 
 # What ServerMetadata advertises: only extensions Convoy really implements.
-EXTENSIONS = ("schedule_policy", "model_configuration", "parameters", "statistics")
+EXTENSIONS = (
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "parameters",
+    "statistics",
+)
+
+# Triton's answer to load / unload outside explicit model control mode.
+_NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
@@ -111,6 +125,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelStatisticsResponse:
         versions: list[ModelVersion]
         if request.name:
+            # As Triton: statistics of a model (or version) that is not serving are an error.
+            if not self._repository.is_ready(request.name, request.version):
+                raise InvalidInputError(f"requested model '{request.name}' is not available")
             if request.version:
                 versions = [self._repository.get(request.name, request.version)]
             else:
@@ -151,11 +168,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_edge
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("explicit model control is not supported yet")
+        raise ModelControlDisabledError(_NO_MODEL_CONTROL)
 
     @_edge
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("explicit model control is not supported yet")
+        raise ModelControlDisabledError(_NO_MODEL_CONTROL)
 
     @_edge
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from backends import BackendError, ExecutionError, ModelLoadError
+from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from batching import (
     BatcherClosedError,
     BatchingError,
@@ -15,6 +15,7 @@ from batching import (
 from server.errors import (
     ConfigError,
     InvalidInputError,
+    ModelControlDisabledError,
     ModelNotFoundError,
     ModelNotReadyError,
     ServerError,
@@ -30,8 +31,10 @@ STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
     ConfigError: grpc.StatusCode.INVALID_ARGUMENT,
     InvalidInputError: grpc.StatusCode.INVALID_ARGUMENT,
     UnsupportedError: grpc.StatusCode.UNIMPLEMENTED,
+    ModelControlDisabledError: grpc.StatusCode.UNAVAILABLE,
     ModelLoadError: grpc.StatusCode.INTERNAL,
     ExecutionError: grpc.StatusCode.INTERNAL,
+    InvalidTensorError: grpc.StatusCode.INVALID_ARGUMENT,
     BatcherClosedError: grpc.StatusCode.UNAVAILABLE,
     QueueFullError: grpc.StatusCode.UNAVAILABLE,
     RequestTimeoutError: grpc.StatusCode.UNAVAILABLE,

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from backends import BackendError, Instance, OrtInstance, OrtSettings
+from backends import BackendError, Instance, OrtInstance, OrtSettings, prepare_inputs
 from batching import Batcher, BatchingError, BatchPolicy
 from proto import model_config_pb2 as mc
 from server.errors import ConfigError, ServerError
@@ -82,8 +82,16 @@ async def _load_version(config: mc.ModelConfig, path: Path, version: int) -> Mod
     _log.info(
         "loaded model '%s' version %d with %d instance(s)", config.name, version, len(instances)
     )
+    takes_strings = any(t.data_type == mc.TYPE_STRING for t in effective.input)
     return ModelVersion(
-        config.name, version, effective, ModelIO.from_config(effective), instances, batcher, stats
+        config.name,
+        version,
+        effective,
+        ModelIO.from_config(effective),
+        instances,
+        batcher,
+        stats,
+        prepare=prepare_inputs if takes_strings else None,
     )
 
 

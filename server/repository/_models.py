@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from backends import Instance
+from backends import Instance, TensorMap
 from batching import Batcher
 from proto import model_config_pb2 as mc
 from server.inference import ModelIO
@@ -34,6 +36,8 @@ class ModelVersion:
     instances: list[Instance]
     batcher: Batcher
     stats: ModelStats
+    # Per-request conversion the backend needs before batching (None: arrays go as they are).
+    prepare: Callable[[TensorMap], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

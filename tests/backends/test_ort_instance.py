@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from backends import ExecutionError, ModelLoadError, OrtInstance, OrtSettings
+from backends import InvalidTensorError, ModelLoadError, OrtInstance, OrtSettings
 from proto import model_config_pb2 as mc
 from scripts import models
 from server.repository import parse_config
@@ -51,7 +51,7 @@ async def test_strings_are_utf8_bytes_in_and_out(tmp_path: Path) -> None:
     result = await instance.execute({name: items})
     (output,) = result.outputs.values()
     assert output.tolist() == items.tolist()
-    with pytest.raises(ExecutionError, match="not UTF-8"):
+    with pytest.raises(InvalidTensorError, match="not valid UTF-8"):
         await instance.execute({name: np.array([[b"\xff"]], dtype=object)})
     instance.close()
 

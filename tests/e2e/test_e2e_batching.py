@@ -308,7 +308,7 @@ def _ordered_completion(server: ConvoyServer, model: str) -> list[str]:
 
         return run
 
-    results = asyncio.run(_gather(server.url, [call("big", 8, 0.0), call("small", 1, 0.02)]))
+    results = asyncio.run(_gather(server.url, [call("big", 8, 0.0), call("small", 1, 0.1)]))
     assert not any(isinstance(r, Exception) for r in results)
     return finished
 
