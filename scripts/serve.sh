@@ -3,14 +3,8 @@
 # Usage: scripts/serve.sh [convoy serve flags...]   e.g. scripts/serve.sh --grpc-port 9001
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-if [[ ! -x .venv/bin/python ]]; then
-    echo "==> creating .venv"
-    python3 -m venv .venv
-fi
-# shellcheck disable=SC1091
-source .venv/bin/activate
+# shellcheck source=scripts/venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
 
 echo "==> pip install -e .[dev]"
 # The dev extra carries onnx, which builds the example models.

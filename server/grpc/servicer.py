@@ -38,6 +38,8 @@ EXTENSIONS = (
 
 # Triton's answer to load / unload outside explicit model control mode.
 _NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
+_NO_SYSTEM_SHM = "system shared memory is not supported yet"
+_NO_CUDA_SHM = "CUDA shared memory is not supported yet"
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
@@ -60,6 +62,15 @@ def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
         raise AssertionError("context.abort returned")  # abort always raises
 
     return wrapper
+
+
+def _refuse(error: type[ServerError], message: str) -> _Handler[Any, Any]:
+    """A handler for an RPC this server answers only with an error (in this mode, or yet)."""
+
+    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        raise error(message)
+
+    return _edge(handler)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -166,42 +177,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer is not supported yet")
         yield pb.ModelStreamInferResponse()  # pragma: no cover - abort raises
 
-    @_edge
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        raise ModelControlDisabledError(_NO_MODEL_CONTROL)
-
-    @_edge
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        raise ModelControlDisabledError(_NO_MODEL_CONTROL)
-
-    @_edge
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("system shared memory is not supported yet")
-
-    @_edge
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("system shared memory is not supported yet")
-
-    @_edge
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("system shared memory is not supported yet")
-
-    @_edge
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("CUDA shared memory is not supported yet")
-
-    @_edge
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("CUDA shared memory is not supported yet")
-
-    @_edge
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("CUDA shared memory is not supported yet")
-
-    @_edge
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("tracing is not supported yet")
-
-    @_edge
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        raise UnsupportedError("log settings are not supported yet")
+    RepositoryModelLoad = _refuse(ModelControlDisabledError, _NO_MODEL_CONTROL)
+    RepositoryModelUnload = _refuse(ModelControlDisabledError, _NO_MODEL_CONTROL)
+    SystemSharedMemoryStatus = _refuse(UnsupportedError, _NO_SYSTEM_SHM)
+    SystemSharedMemoryRegister = _refuse(UnsupportedError, _NO_SYSTEM_SHM)
+    SystemSharedMemoryUnregister = _refuse(UnsupportedError, _NO_SYSTEM_SHM)
+    CudaSharedMemoryStatus = _refuse(UnsupportedError, _NO_CUDA_SHM)
+    CudaSharedMemoryRegister = _refuse(UnsupportedError, _NO_CUDA_SHM)
+    CudaSharedMemoryUnregister = _refuse(UnsupportedError, _NO_CUDA_SHM)
+    TraceSetting = _refuse(UnsupportedError, "tracing is not supported yet")
+    LogSettings = _refuse(UnsupportedError, "log settings are not supported yet")
