@@ -270,7 +270,7 @@ def test_request_timeout_parameter_shortens_the_queue_timeout(
         return await aio.infer("resnet_override", _image())
 
     async def hasty(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(0.005)  # the patient ones hold the instance
+        await asyncio.sleep(0.03)  # the patient ones hold the instance
         return await aio.infer("resnet_override", _image(), timeout=1000)
 
     results = asyncio.run(_gather(server.url, [patient, patient, patient, hasty]))
