@@ -19,12 +19,14 @@ import numpy as np
 from batching.assemble import ArrayNamespace, concat_inputs, split_outputs
 from batching.errors import BatcherClosedError, RequestTimeoutError
 from batching.messages import ExecutionRecord, Executor, RequestResult, TensorMap
-from batching.policy import BatchPolicy, Candidate, next_batch
+from batching.policy import BatchPolicy, Candidate, Decision, next_batch
 from batching.queue import Queued, RequestQueue
 
 _log = logging.getLogger(__name__)
 
 Observer = Callable[[ExecutionRecord], None]
+
+_WAIT_GAIN_TTL_NS = 1_000_000_000  # how long a measured wait gain is trusted
 
 
 class Batcher:
@@ -47,8 +49,10 @@ class Batcher:
         self._xp = xp
         self._closed = False
         self._in_flight = 0  # requests accepted and not yet answered
-        self._last_arrival_ns = 0
-        self._arrival_interval_ns: int | None = None  # moving mean, for the adaptive delay
+        # Adaptive delay: how much recent waits grew their batches, and since when it is known.
+        self._wait_gain: float | None = None
+        self._wait_gain_ns = 0
+        self._waiting_from: int | None = None  # pending batch size when the current wait began
 
     async def start(self) -> None:
         self._queue = RequestQueue(self._policy)
@@ -93,7 +97,6 @@ class Batcher:
             future=asyncio.get_running_loop().create_future(),
         )
         self._queue.push(request)  # raises QueueFullError at once when the level is full
-        self._note_arrival(now_ns)
         self._in_flight += 1
         self._drained.clear()
         self._wake.set()
@@ -122,12 +125,23 @@ class Batcher:
                     BatcherClosedError(f"model '{self._name}' stopped before the request ran")
                 )
 
-    def _note_arrival(self, now_ns: int) -> None:
-        if self._last_arrival_ns:
-            gap_ns = now_ns - self._last_arrival_ns
-            previous = self._arrival_interval_ns
-            self._arrival_interval_ns = gap_ns if previous is None else (7 * previous + gap_ns) // 8
-        self._last_arrival_ns = now_ns
+    def _known_wait_gain(self, now_ns: int) -> float | None:
+        # Forget the gain after a while, so that one wait now and then measures it again.
+        if now_ns - self._wait_gain_ns > _WAIT_GAIN_TTL_NS:
+            return None
+        return self._wait_gain
+
+    def _note_decision(self, decision: Decision, now_ns: int) -> None:
+        if decision.count == 0:
+            if decision.wait_until_ns is not None and self._waiting_from is None:
+                self._waiting_from = decision.size
+            return
+        if self._waiting_from is not None:
+            gain = decision.size - self._waiting_from
+            previous = self._wait_gain
+            self._wait_gain = gain if previous is None else (previous + gain) / 2
+            self._wait_gain_ns = now_ns
+            self._waiting_from = None
 
     async def _run(self) -> None:
         while True:
@@ -141,8 +155,9 @@ class Batcher:
                     (request.candidate for request in self._queue),
                     self._policy,
                     now_ns,
-                    self._arrival_interval_ns,
+                    self._known_wait_gain(now_ns),
                 )
+                self._note_decision(decision, now_ns)
                 if decision.count:
                     self._dispatch(self._queue.take(decision.count))
                     continue

@@ -69,7 +69,7 @@ class BatchPolicy:
     default_priority_level: int  # in 1..priority_levels
     queue_policies: tuple[QueuePolicy, ...]  # one per level, index 0 is level 1
     equal_shape_inputs: tuple[str, ...] = ()  # inputs whose shapes must match within a batch
-    adaptive_delay: bool = False  # Convoy's opt-in: skip waiting when a batch cannot form
+    adaptive_delay: bool = False  # Convoy's opt-in: skip waits that recently did not pay off
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> BatchPolicy:
@@ -140,6 +140,7 @@ class Decision:
 
     count: int
     wait_until_ns: int | None = None  # None with count 0: nothing to do until a change
+    size: int = 0  # batch size of the requests taken, or pending while waiting
 
 
 NOTHING = Decision(0)
@@ -149,19 +150,20 @@ def next_batch(
     candidates: Iterable[Candidate],
     policy: BatchPolicy,
     now_ns: int,
-    arrival_interval_ns: int | None = None,
+    wait_gain: float | None = None,
 ) -> Decision:
     """Triton's choice for the next batch, from the queued requests in service order.
 
-    `arrival_interval_ns` is the recent mean time between arrivals; only the adaptive delay
-    reads it, to skip waiting for a batch that cannot fill within the delay.
+    `wait_gain` is how much recent waits grew their batches (in batch units, None: unknown);
+    only the adaptive delay reads it, to skip a wait that would not grow the batch.
     """
     if not policy.dynamic:
-        return Decision(1) if any(True for _ in candidates) else NOTHING
+        first = next(iter(candidates), None)
+        return NOTHING if first is None else Decision(1, size=first.batch_size)
     largest_preferred = policy.preferred_batch_sizes[-1]
     pending = 0  # requests' batch sizes added up
     count = 0
-    preferred_count = 0  # count at the largest preferred size seen so far
+    preferred_count = preferred_size = 0  # at the largest preferred size seen so far
     oldest_ns: int | None = None
     first_shape: tuple[object, ...] | None = None
     send_now = False
@@ -180,36 +182,18 @@ def next_batch(
             candidate.enqueue_ns if oldest_ns is None else min(oldest_ns, candidate.enqueue_ns)
         )
         if pending in policy.preferred_batch_sizes:
-            preferred_count = count
+            preferred_count, preferred_size = count, pending
     if not count or oldest_ns is None:
         return NOTHING
     waited_ns = now_ns - oldest_ns
     delay_exceeded = policy.max_queue_delay_ns != 0 and waited_ns >= policy.max_queue_delay_ns
     if preferred_count and not delay_exceeded:
-        return Decision(preferred_count)
+        return Decision(preferred_count, size=preferred_size)
     if send_now or pending >= largest_preferred:
-        return Decision(count)
+        return Decision(count, size=pending)
     if delay_exceeded or policy.max_queue_delay_ns == 0:
-        return Decision(count)
-    deadline_ns = oldest_ns + policy.max_queue_delay_ns
-    if policy.adaptive_delay and not _can_fill(
-        pending, policy, now_ns, deadline_ns, arrival_interval_ns
-    ):
-        return Decision(count)
-    return Decision(0, deadline_ns)
-
-
-def _can_fill(
-    pending: int,
-    policy: BatchPolicy,
-    now_ns: int,
-    deadline_ns: int,
-    arrival_interval_ns: int | None,
-) -> bool:
-    # The next preferred size above what is pending, reached by arrivals at the recent rate.
-    if arrival_interval_ns is None or arrival_interval_ns <= 0:
-        return False
-    target = next((s for s in policy.preferred_batch_sizes if s > pending), None)
-    if target is None:
-        return False
-    return now_ns + (target - pending) * arrival_interval_ns <= deadline_ns
+        return Decision(count, size=pending)
+    if policy.adaptive_delay and wait_gain is not None and wait_gain < 1.0:
+        # Waiting lately brought less than one more request per batch: do not pay the delay.
+        return Decision(count, size=pending)
+    return Decision(0, oldest_ns + policy.max_queue_delay_ns, size=pending)

@@ -179,3 +179,28 @@ async def test_preserve_ordering_answers_in_dispatch_order() -> None:
     await asyncio.gather(first, one(2))
     assert finished == [1, 2]
     await batcher.stop(1.0)
+
+
+async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiting() -> None:
+    adaptive = BatchPolicy.from_config(
+        parse_config(
+            'name: "m" max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 50000 } '
+            'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
+            "inline",
+        )
+    )
+    records: list[ExecutionRecord] = []
+    batcher = Batcher("m", [Doubler()], adaptive, records.append)
+    await batcher.start()
+    loop = asyncio.get_running_loop()
+    latencies = []
+    for i in range(5):  # one request at a time, as a client at concurrency 1
+        start = loop.time()
+        await batcher.infer(_x(i), 1)
+        latencies.append(loop.time() - start)
+    assert latencies[0] >= 0.045  # the first wait measures the gain: none
+    assert max(latencies[1:]) < 0.02  # then the delay is skipped
+    # Many clients at once: waiting pays off again, and batches form.
+    await asyncio.gather(*(batcher.infer(_x(i), 1) for i in range(16)))
+    assert max(r.batch_size for r in records) > 1
+    await batcher.stop(1.0)

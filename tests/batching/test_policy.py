@@ -19,11 +19,11 @@ def queued(*sizes: int, at_ns: int = 0, shape: tuple[object, ...] = ()) -> list[
 
 
 def test_without_dynamic_batching_one_request_per_execution() -> None:
-    assert next_batch(queued(1, 1, 1), policy(""), 0) == Decision(1)
+    assert next_batch(queued(1, 1, 1), policy(""), 0) == Decision(1, size=1)
 
 
 def test_non_batching_model_never_batches() -> None:
-    assert next_batch(queued(1, 1), policy("dynamic_batching {}", 0), 0) == Decision(1)
+    assert next_batch(queued(1, 1), policy("dynamic_batching {}", 0), 0) == Decision(1, size=1)
 
 
 def test_empty_queue_means_nothing_to_do() -> None:
@@ -32,37 +32,37 @@ def test_empty_queue_means_nothing_to_do() -> None:
 
 def test_default_settings_send_as_much_as_possible_without_waiting() -> None:
     # No preferred sizes and no delay: everything pending, up to max_batch_size, at once.
-    assert next_batch(queued(1, 1, 1), policy("dynamic_batching {}"), 0) == Decision(3)
+    assert next_batch(queued(1, 1, 1), policy("dynamic_batching {}"), 0) == Decision(3, size=3)
 
 
 def test_max_batch_size_cuts_the_batch() -> None:
-    assert next_batch(queued(3, 3, 3), policy("dynamic_batching {}"), 0) == Decision(2)
+    assert next_batch(queued(3, 3, 3), policy("dynamic_batching {}"), 0) == Decision(2, size=6)
 
 
 def test_a_request_counts_its_own_batch_dimension() -> None:
     chosen = policy("dynamic_batching { preferred_batch_size: [4] }")
-    assert next_batch(queued(2, 2, 2), chosen, 0) == Decision(2)
+    assert next_batch(queued(2, 2, 2), chosen, 0) == Decision(2, size=4)
 
 
 def test_largest_reachable_preferred_size_is_sent_before_the_delay() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [2, 4] max_queue_delay_microseconds: 1000 }"
     )
-    assert next_batch(queued(1, 1, 1, 1, 1), chosen, 0) == Decision(4)
+    assert next_batch(queued(1, 1, 1, 1, 1), chosen, 0) == Decision(4, size=4)
 
 
 def test_unreachable_preferred_size_waits_for_the_oldest_request_delay() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
     )
-    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 11 * MS) == Decision(0, 12 * MS)
+    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 11 * MS) == Decision(0, 12 * MS, 2)
 
 
 def test_after_the_delay_whatever_is_pending_is_sent() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
     )
-    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 12 * MS) == Decision(2)
+    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 12 * MS) == Decision(2, size=2)
 
 
 def test_pending_at_the_largest_preferred_size_goes_at_once() -> None:
@@ -70,7 +70,7 @@ def test_pending_at_the_largest_preferred_size_goes_at_once() -> None:
         "dynamic_batching { preferred_batch_size: [2, 3] max_queue_delay_microseconds: 2000 }"
     )
     # 1+3 = 4 passes every preferred size without hitting one: send all that is pending.
-    assert next_batch(queued(1, 3), chosen, 0) == Decision(2)
+    assert next_batch(queued(1, 3), chosen, 0) == Decision(2, size=4)
 
 
 def test_a_shape_mismatch_cuts_the_batch_without_reordering() -> None:
@@ -81,22 +81,31 @@ def test_a_shape_mismatch_cuts_the_batch_without_reordering() -> None:
         Candidate(1, 0, ((5,),)),
         Candidate(1, 0, ((3,),)),
     ]
-    assert next_batch(candidates, chosen, 0) == Decision(2)
+    assert next_batch(candidates, chosen, 0) == Decision(2, size=2)
 
 
 def test_preferred_sizes_default_to_max_batch_size() -> None:
     assert policy("dynamic_batching {}").preferred_batch_sizes == (8,)
 
 
-def test_adaptive_delay_does_not_wait_for_a_batch_that_cannot_fill() -> None:
+def test_adaptive_delay_skips_waits_that_did_not_grow_batches() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 } "
         'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }'
     )
-    # One request every 5 ms: three more cannot arrive within 2 ms, so send now.
-    assert next_batch(queued(1), chosen, 0, arrival_interval_ns=5 * MS) == Decision(1)
-    # One every 0.1 ms: the batch fills well within the delay, so wait as Triton would.
-    assert next_batch(queued(1), chosen, 0, arrival_interval_ns=MS // 10) == Decision(0, 2 * MS)
+    # Recent waits gained nothing (a lone client): send at once instead of paying 2 ms.
+    assert next_batch(queued(1), chosen, 0, wait_gain=0.0) == Decision(1, size=1)
+    # Recent waits gathered several more requests per batch: wait as Triton would.
+    assert next_batch(queued(1), chosen, 0, wait_gain=3.0) == Decision(0, 2 * MS, size=1)
+    # Unknown gain: wait, which measures it.
+    assert next_batch(queued(1), chosen, 0) == Decision(0, 2 * MS, size=1)
+
+
+def test_without_the_opt_in_the_gain_is_ignored() -> None:
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
+    )
+    assert next_batch(queued(1), chosen, 0, wait_gain=0.0) == Decision(0, 2 * MS, size=1)
 
 
 def test_priority_levels_and_queue_policies() -> None:
