@@ -7,8 +7,8 @@ mlp, `adaptive` (`on` plus `convoy_adaptive_queue_delay`). ModelStatistics befor
 run give the average batch size. The limit is ONNX Runtime's own throughput in this process at
 its best batch size, with the server's session settings and instance count; with
 `--baseline fastapi` the control group is a naive FastAPI app (scripts/fastapi_baseline.py: JSON
-in and out, one `session.run` per request) under an aiohttp load generator. Every ratio printed comes from this
-one run, on this machine; measurements run one at a time.
+in and out, one `session.run` per request) under an aiohttp load generator. Every ratio printed
+comes from this one run, on this machine; measurements run one at a time.
 
 Reproduce from a clean clone (Linux x86_64; perf_analyzer is downloaded on first use):
 
