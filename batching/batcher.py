@@ -139,7 +139,7 @@ class Batcher:
         if self._waiting_from is not None:
             gain = decision.size - self._waiting_from
             previous = self._wait_gain
-            self._wait_gain = gain if previous is None else (previous + gain) / 2
+            self._wait_gain = gain if previous is None else (3 * previous + gain) / 4
             self._wait_gain_ns = now_ns
             self._waiting_from = None
 

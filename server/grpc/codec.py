@@ -16,6 +16,7 @@ from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions
 
 _LENGTH = struct.Struct("<I")
+_NO_OPTIONS = InferOptions()
 
 # Which typed `contents` field carries each wire data type (FP16 and BF16 only travel raw).
 _CONTENTS_FIELD = {
@@ -37,28 +38,28 @@ _CONTENTS_FIELD = {
 def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT."""
     raw = request.raw_input_contents
+    tensors = request.inputs
     if raw:
-        if len(raw) != len(request.inputs):
+        if len(raw) != len(tensors):
             raise InvalidInputError(
-                f"expected {len(request.inputs)} raw input contents, one per input, but got "
+                f"expected {len(tensors)} raw input contents, one per input, but got "
                 f"{len(raw)} for model '{request.model_name}'"
             )
-        for tensor in request.inputs:
+        for tensor in tensors:
             if tensor.HasField("contents"):
                 raise InvalidInputError(
                     f"contents field must not be specified when using raw_input_contents for "
                     f"'{tensor.name}' for model '{request.model_name}'"
                 )
     decoded = []
-    for index, tensor in enumerate(request.inputs):
-        datatype = _datatype(tensor.datatype, tensor.name)
+    for index, tensor in enumerate(tensors):
+        name = tensor.name
+        datatype = _datatype(tensor.datatype, name)
         shape = tuple(tensor.shape)
-        if any(dim < 0 for dim in shape):
-            raise InvalidInputError(
-                f"input '{tensor.name}' has a negative dimension: {list(shape)}"
-            )
+        if shape and min(shape) < 0:
+            raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
         if raw:
-            array = decode_raw(tensor.name, datatype, shape, raw[index])
+            array = decode_raw(name, datatype, shape, raw[index])
         elif tensor.HasField("contents"):
             array = _decode_typed(tensor, datatype, shape)
         else:
@@ -66,12 +67,14 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
                 f"input '{tensor.name}' for model '{request.model_name}' carries no data: set "
                 "raw_input_contents or contents"
             )
-        decoded.append(InferInput(tensor.name, datatype.wire, shape, array))
+        decoded.append(InferInput(name, datatype.wire, shape, array))
     return decoded
 
 
 def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
     """Names of the outputs asked for; empty means every output of the model."""
+    if not request.outputs:
+        return []
     for output in request.outputs:
         if "classification" in output.parameters:
             raise UnsupportedError(
@@ -82,6 +85,8 @@ def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
 
 def infer_options(request: pb.ModelInferRequest) -> InferOptions:
     """The scheduling parameters Triton reserves: `priority` and `timeout` (microseconds)."""
+    if not request.parameters:
+        return _NO_OPTIONS
     return InferOptions(
         priority=_int_parameter(request, "priority"),
         timeout_us=_int_parameter(request, "timeout"),
