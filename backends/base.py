@@ -46,6 +46,11 @@ class Instance(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def signature(self) -> ModelSignature:
+        """The inputs and outputs the model file declares."""
+        ...
+
     async def execute(self, inputs: TensorMap) -> ExecutionResult:
         """Run one batch on this instance's worker; never blocks the event loop."""
         ...

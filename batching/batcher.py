@@ -57,6 +57,7 @@ class Batcher:
     async def start(self) -> None:
         self._queue = RequestQueue(self._policy)
         self._idle: deque[Executor] = deque(self._executors)
+        self._retiring: list[asyncio.Future[Executor]] = []  # waiting for a busy one to return
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -72,6 +73,29 @@ class Batcher:
     @property
     def policy(self) -> BatchPolicy:
         return self._policy
+
+    @property
+    def executor_count(self) -> int:
+        return len(self._executors)
+
+    def add_executor(self, executor: Executor) -> None:
+        """Serve with one more instance from now on."""
+        self._executors = (*self._executors, executor)
+        self._idle.append(executor)
+        self._wake.set()
+
+    async def retire_executor(self) -> Executor:
+        """Take one instance out of service once it is idle, and hand it back for closing."""
+        if len(self._executors) - len(self._retiring) <= 1:
+            raise ValueError(f"batcher '{self._name}' keeps at least one executor")
+        if self._idle:
+            executor = self._idle.pop()
+        else:
+            returned: asyncio.Future[Executor] = asyncio.get_running_loop().create_future()
+            self._retiring.append(returned)
+            executor = await returned
+        self._executors = tuple(e for e in self._executors if e is not executor)
+        return executor
 
     async def infer(
         self,
@@ -236,7 +260,10 @@ class Batcher:
         finally:
             if release is not None:
                 release.set_result(None)
-            self._idle.append(executor)
+            if self._retiring:
+                self._retiring.pop(0).set_result(executor)
+            else:
+                self._idle.append(executor)
             self._wake.set()
 
     def _report(self, record: ExecutionRecord) -> None:

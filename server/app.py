@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from importlib import metadata
 
@@ -14,10 +16,11 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.engine import Engine
+from server.errors import ServerError
 from server.grpc import InferenceServicer
 from server.metrics import MetricsServer, StatsCollector
 from server.repository import Repository
-from server.settings import ServerSettings
+from server.settings import ModelControlMode, ServerSettings
 
 _log = logging.getLogger(__name__)
 
@@ -36,14 +39,14 @@ class App:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self.repository = Repository(settings.model_repository, settings.model_load_threads)
+        self.repository = Repository(settings.model_repositories, settings.model_load_threads)
         self.engine = Engine(self.repository, settings.strict_readiness)
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
 
     async def start(self) -> None:
         await self.engine.start()
-        await self.repository.load_all()
+        await self._load_initial_models()
         _log.info("models:\n%s", model_table(self.repository))
         self._health = health_aio.HealthServicer()
         self._server = self._build_grpc_server()
@@ -61,6 +64,9 @@ class App:
             self._metrics_server.start()
             self.metrics_port = self._metrics_server.port
         await self._set_health()
+        self._poller: asyncio.Task[None] | None = None
+        if self.settings.model_control_mode is ModelControlMode.POLL:
+            self._poller = asyncio.create_task(self._poll(), name="repository-poll")
         _log.info(
             "serving gRPC on %s:%d%s",
             self.settings.host,
@@ -71,6 +77,10 @@ class App:
     async def stop(self) -> None:
         """Readiness goes false, new requests get UNAVAILABLE, in-flight ones finish (bounded)."""
         timeout_s = self.settings.exit_timeout_s
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
         self.engine.stop_accepting()
         await self._set_health()
         if not await self.engine.wait_idle(timeout_s):
@@ -81,6 +91,23 @@ class App:
             self._metrics_server.stop()
         _log.info("stopped")
 
+    async def _load_initial_models(self) -> None:
+        mode = self.settings.model_control_mode
+        if mode is not ModelControlMode.EXPLICIT or "*" in self.settings.load_models:
+            await self.repository.load_many()
+        else:
+            self.repository.scan()  # a bad repository (or a duplicate name) fails the start
+            await self.repository.load_many(self.settings.load_models)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.repository_poll_s)
+            try:
+                await self.repository.poll()
+            except ServerError as exc:  # e.g. a repository directory gone: try again later
+                _log.error("repository poll failed: %s", exc)
+            await self._set_health()
+
     def _build_grpc_server(self) -> grpc.aio.Server:
         limit = self.settings.max_message_bytes
         server = grpc.aio.server(
@@ -89,7 +116,12 @@ class App:
                 ("grpc.max_send_message_length", limit),
             ]
         )
-        servicer = InferenceServicer(self.engine, convoy_version())
+        servicer = InferenceServicer(
+            self.engine,
+            convoy_version(),
+            self.settings.model_control_mode is ModelControlMode.EXPLICIT,
+            self.settings.restricted,
+        )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server
         )

@@ -14,7 +14,13 @@ import uvloop
 
 from server.app import App, convoy_version
 from server.errors import ServerError
-from server.settings import DEFAULT_MAX_MESSAGE_BYTES, ServerSettings
+from server.grpc import RESTRICTABLE_GROUPS
+from server.settings import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ModelControlMode,
+    RestrictedProtocol,
+    ServerSettings,
+)
 
 _log = logging.getLogger("convoy")
 
@@ -28,6 +34,19 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
+def _restricted(text: str) -> RestrictedProtocol:
+    # Triton's form: "<group>[,<group>...]:<key>=<value>" ("model-repository:admin-key=secret").
+    groups, _, header = text.partition(":")
+    key, _, value = header.partition("=")
+    unknown = set(groups.split(",")) - RESTRICTABLE_GROUPS
+    if not groups or not key or not value or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected GROUPS:KEY=VALUE with groups among {sorted(RESTRICTABLE_GROUPS)}, "
+            f"got '{text}'"
+        )
+    return RestrictedProtocol(frozenset(groups.split(",")), key.strip().lower(), value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="convoy", description="Serve a Triton-style model repository over Triton's protocol."
@@ -35,7 +54,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"convoy {convoy_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model repository")
-    serve.add_argument("--model-repository", type=Path, required=True, metavar="DIR")
+    serve.add_argument(
+        "--model-repository",
+        type=Path,
+        required=True,
+        action="append",
+        metavar="DIR",
+        help="a model repository; repeat for several (model names must be unique across them)",
+    )
+    serve.add_argument(
+        "--model-control-mode",
+        choices=[mode.value for mode in ModelControlMode],
+        default=ModelControlMode.NONE.value,
+        help="none: load all at start; poll: also apply repository changes; explicit: load "
+        "through the API only (default none)",
+    )
+    serve.add_argument(
+        "--repository-poll-secs", type=float, default=15.0, help="poll mode interval (default 15)"
+    )
+    serve.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="explicit mode: load this model at start (repeatable; * loads all)",
+    )
+    serve.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        type=_restricted,
+        metavar="GROUPS:KEY=VALUE",
+        help="RPC groups (e.g. model-repository) that need the header KEY with VALUE",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
     serve.add_argument("--metrics-port", type=int, default=8002, help="0 picks a free port")
@@ -68,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(
-        model_repository=args.model_repository,
+        model_repositories=tuple(args.model_repository),
         host=args.host,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
@@ -78,6 +129,10 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         max_message_bytes=args.grpc_max_message_bytes,
         model_load_threads=args.model_load_thread_count,
         log_verbose=args.log_verbose,
+        model_control_mode=ModelControlMode(args.model_control_mode),
+        repository_poll_s=args.repository_poll_secs,
+        load_models=tuple(args.load_model),
+        restricted=tuple(args.grpc_restricted_protocol),
     )
 
 

@@ -1,12 +1,19 @@
-"""Tensor data types in their three spellings: config enum, wire string and NumPy dtype."""
+"""Tensor data types in their three spellings (config enum, wire string, NumPy dtype) and the
+raw little-endian layout tensors travel in (BYTES: a 4-byte length before each element)."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from proto import model_config_pb2 as mc
+from server.errors import InvalidInputError
+
+_LENGTH = struct.Struct("<I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +55,67 @@ def wire_name(config_type: int) -> str:
     """The wire string of a config data type ("FP32" for TYPE_FP32), "INVALID" if unknown."""
     found = BY_CONFIG.get(config_type)
     return found.wire if found is not None else "INVALID"
+
+
+def decode_raw(
+    name: str, datatype: DataType, shape: tuple[int, ...], data: bytes
+) -> npt.NDArray[Any]:
+    """A raw buffer as an array of `shape`; fixed-size types are zero-copy views."""
+    count = element_count(shape)
+    if datatype.wire == "BYTES":
+        return _decode_bytes(name, data, count).reshape(shape)
+    expected = count * datatype.item_size_bytes
+    if len(data) != expected:
+        raise InvalidInputError(
+            f"unexpected total byte size {len(data)} for input '{name}', expecting {expected} "
+            f"({datatype.wire} {list(shape)})"
+        )
+    return np.frombuffer(data, dtype=datatype.numpy).reshape(shape)
+
+
+def encode_raw(datatype: DataType, array: npt.NDArray[Any]) -> bytes:
+    if datatype.wire == "BYTES":
+        return encode_bytes(array)
+    return np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
+
+
+def encode_bytes(array: npt.NDArray[Any]) -> bytes:
+    """BYTES elements, each a 4-byte little-endian length and then the bytes."""
+    parts = []
+    for item in array.flat:
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def _decode_bytes(name: str, data: bytes, count: int) -> npt.NDArray[Any]:
+    items = np.empty(count, dtype=object)
+    offset = 0
+    for index in range(count):
+        if offset + 4 > len(data):
+            raise InvalidInputError(
+                f"input '{name}': BYTES data ends after {index} of {count} elements "
+                f"(no room for the 4-byte length of element {index})"
+            )
+        (length,) = _LENGTH.unpack_from(data, offset)
+        offset += 4
+        if offset + length > len(data):
+            raise InvalidInputError(
+                f"input '{name}': BYTES element {index} declares {length} bytes, but only "
+                f"{len(data) - offset} remain"
+            )
+        items[index] = data[offset : offset + length]
+        offset += length
+    if offset != len(data):
+        raise InvalidInputError(
+            f"input '{name}': {len(data) - offset} bytes left over after {count} BYTES elements"
+        )
+    return items
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count

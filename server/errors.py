@@ -31,3 +31,11 @@ class UnsupportedError(ServerError):
 
 class ModelControlDisabledError(ServerError):
     """Loading and unloading through the API needs explicit model control mode."""
+
+
+class ModelLoadFailedError(ServerError):
+    """A load or reload through the API (or a poll) failed; the reasons are in the message."""
+
+
+class RestrictedError(ServerError):
+    """The RPC's protocol group needs a header the request does not carry."""

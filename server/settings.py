@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
+class ModelControlMode(Enum):
+    """Triton's model control modes."""
+
+    NONE = "none"  # load everything at start; no changes afterwards
+    POLL = "poll"  # load everything, then apply repository changes every poll interval
+    EXPLICIT = "explicit"  # load what --load-model names; then only through the API
+
+
+@dataclass(frozen=True, slots=True)
+class RestrictedProtocol:
+    """RPC groups that need a header with a given value (Triton's --grpc-restricted-protocol)."""
+
+    groups: frozenset[str]  # e.g. {"model-repository"}
+    header: str  # lower-case gRPC metadata key
+    value: str
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     """How one Convoy process serves; ports of 0 pick a free port."""
 
-    model_repository: Path
+    model_repositories: tuple[Path, ...]
     host: str = "127.0.0.1"
     grpc_port: int = 8001
     metrics_port: int = 8002
@@ -23,3 +41,7 @@ class ServerSettings:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # gRPC receive and send limit
     model_load_threads: int = 4  # models loaded in parallel at start
     log_verbose: int = 0
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    repository_poll_s: float = 15.0  # poll mode: seconds between scans
+    load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*": every model)
+    restricted: tuple[RestrictedProtocol, ...] = field(default=())

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from google.protobuf import json_format
 
 from proto import grpc_service_pb2 as pb
-from server.datatypes import BY_WIRE, DataType
+from proto import model_config_pb2 as mc
+from server.datatypes import BY_WIRE, DataType, decode_raw, element_count, encode_raw
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions
 
-_LENGTH = struct.Struct("<I")
 _NO_OPTIONS = InferOptions()
 
 # Which typed `contents` field carries each wire data type (FP16 and BF16 only travel raw).
@@ -114,22 +114,6 @@ def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
     return value
 
 
-def decode_raw(
-    name: str, datatype: DataType, shape: tuple[int, ...], data: bytes
-) -> npt.NDArray[Any]:
-    """A raw buffer as an array of `shape`; fixed-size types are zero-copy views."""
-    count = _element_count(shape)
-    if datatype.wire == "BYTES":
-        return _decode_bytes(name, data, count).reshape(shape)
-    expected = count * datatype.item_size_bytes
-    if len(data) != expected:
-        raise InvalidInputError(
-            f"unexpected total byte size {len(data)} for input '{name}', expecting {expected} "
-            f"({datatype.wire} {list(shape)})"
-        )
-    return np.frombuffer(data, dtype=datatype.numpy).reshape(shape)
-
-
 def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferResponse:
     """Outputs in raw_output_contents, as Triton's gRPC front end always answers."""
     message = pb.ModelInferResponse(
@@ -144,47 +128,6 @@ def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferRe
     return message
 
 
-def encode_raw(datatype: DataType, array: npt.NDArray[Any]) -> bytes:
-    if datatype.wire == "BYTES":
-        return encode_bytes(array)
-    return np.ascontiguousarray(array, dtype=datatype.numpy).tobytes()
-
-
-def encode_bytes(array: npt.NDArray[Any]) -> bytes:
-    """BYTES elements, each a 4-byte little-endian length and then the bytes."""
-    parts = []
-    for item in array.flat:
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(_LENGTH.pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
-def _decode_bytes(name: str, data: bytes, count: int) -> npt.NDArray[Any]:
-    items = np.empty(count, dtype=object)
-    offset = 0
-    for index in range(count):
-        if offset + 4 > len(data):
-            raise InvalidInputError(
-                f"input '{name}': BYTES data ends after {index} of {count} elements "
-                f"(no room for the 4-byte length of element {index})"
-            )
-        (length,) = _LENGTH.unpack_from(data, offset)
-        offset += 4
-        if offset + length > len(data):
-            raise InvalidInputError(
-                f"input '{name}': BYTES element {index} declares {length} bytes, but only "
-                f"{len(data) - offset} remain"
-            )
-        items[index] = data[offset : offset + length]
-        offset += length
-    if offset != len(data):
-        raise InvalidInputError(
-            f"input '{name}': {len(data) - offset} bytes left over after {count} BYTES elements"
-        )
-    return items
-
-
 def _decode_typed(
     tensor: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...]
 ) -> npt.NDArray[Any]:
@@ -195,7 +138,7 @@ def _decode_typed(
             "raw_input_contents"
         )
     values: Sequence[Any] = getattr(tensor.contents, field)
-    count = _element_count(shape)
+    count = element_count(shape)
     if len(values) != count:
         raise InvalidInputError(
             f"input '{tensor.name}': {len(values)} {datatype.wire} values in contents, but "
@@ -222,8 +165,25 @@ def _datatype(wire: str, name: str) -> DataType:
     return datatype
 
 
-def _element_count(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
+def load_parameters(
+    request: pb.RepositoryModelLoadRequest,
+) -> tuple[mc.ModelConfig | None, dict[str, bytes]]:
+    """RepositoryModelLoad's `config` (JSON ModelConfig) and `file:<version>/<name>` bytes."""
+    override = None
+    files: dict[str, bytes] = {}
+    for key, value in request.parameters.items():
+        if key == "config":
+            if value.WhichOneof("parameter_choice") != "string_param":
+                raise InvalidInputError("load parameter 'config' must be a string of JSON")
+            try:
+                override = json_format.Parse(value.string_param, mc.ModelConfig())
+            except json_format.ParseError as exc:
+                raise InvalidInputError(
+                    f"load parameter 'config' of model '{request.model_name}' is not a valid "
+                    f"JSON ModelConfig: {exc}"
+                ) from exc
+        elif key.startswith("file:"):
+            if value.WhichOneof("parameter_choice") != "bytes_param":
+                raise InvalidInputError(f"load parameter '{key}' must carry bytes")
+            files[key.removeprefix("file:")] = value.bytes_param
+    return override, files

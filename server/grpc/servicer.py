@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -17,13 +17,21 @@ from server.engine import Engine
 from server.errors import (
     InvalidInputError,
     ModelControlDisabledError,
+    RestrictedError,
     ServerError,
     UnsupportedError,
 )
-from server.grpc.codec import decode_inputs, encode_response, infer_options, requested_outputs
+from server.grpc.codec import (
+    decode_inputs,
+    encode_response,
+    infer_options,
+    load_parameters,
+    requested_outputs,
+)
 from server.grpc.messages import index_entries, model_metadata, model_statistics
 from server.grpc.status import status_for
 from server.repository import ModelVersion
+from server.settings import RestrictedProtocol
 
 _log = logging.getLogger(__name__)
 
@@ -46,12 +54,41 @@ _Resp = TypeVar("_Resp")
 _Handler = Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]
 
 
+# Triton's protocol groups, which --grpc-restricted-protocol can put behind a header.
+RPC_GROUPS: dict[str, str] = {
+    "ServerLive": "health",
+    "ServerReady": "health",
+    "ModelReady": "health",
+    "ServerMetadata": "metadata",
+    "ModelMetadata": "metadata",
+    "ModelInfer": "inference",
+    "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config",
+    "ModelStatistics": "statistics",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory",
+    "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory",
+    "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory",
+    "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+}
+RESTRICTABLE_GROUPS = frozenset(RPC_GROUPS.values())
+
+
 def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
-    """Turn domain errors into their status codes; anything unexpected is INTERNAL and logged."""
+    """Check restrictions, then turn domain errors into their status codes; anything
+    unexpected is INTERNAL and logged."""
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
         try:
+            if self._restricted:
+                self._check_restricted(RPC_GROUPS[method.__name__], context)
             return await method(self, request, context)
         except (ServerError, BackendError, BatchingError) as exc:
             code, message = status_for(exc), str(exc)
@@ -64,22 +101,40 @@ def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
     return wrapper
 
 
-def _refuse(error: type[ServerError], message: str) -> _Handler[Any, Any]:
+def _refuse(rpc: str, error: type[ServerError], message: str) -> _Handler[Any, Any]:
     """A handler for an RPC this server answers only with an error (in this mode, or yet)."""
 
     async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         raise error(message)
 
+    handler.__name__ = rpc
     return _edge(handler)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Every RPC of inference.GRPCInferenceService."""
 
-    def __init__(self, engine: Engine, version: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        version: str,
+        model_control: bool = False,
+        restricted: Sequence[RestrictedProtocol] = (),
+    ) -> None:
         self._engine = engine
         self._repository = engine.repository
         self._version = version
+        self._model_control = model_control  # explicit mode: load and unload are allowed
+        self._restricted = tuple(restricted)
+
+    def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
+        rules = [rule for rule in self._restricted if group in rule.groups]
+        if not rules:
+            return
+        metadata = {key.lower(): value for key, value in (context.invocation_metadata() or ())}
+        for rule in rules:
+            if metadata.get(rule.header) != rule.value:
+                raise RestrictedError(f"This API is restricted, expecting header '{rule.header}'")
 
     @_edge
     async def ServerLive(
@@ -174,16 +229,44 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        if self._restricted:
+            try:
+                self._check_restricted("inference", context)
+            except RestrictedError as exc:
+                await context.abort(status_for(exc), str(exc))
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer is not supported yet")
         yield pb.ModelStreamInferResponse()  # pragma: no cover - abort raises
 
-    RepositoryModelLoad = _refuse(ModelControlDisabledError, _NO_MODEL_CONTROL)
-    RepositoryModelUnload = _refuse(ModelControlDisabledError, _NO_MODEL_CONTROL)
-    SystemSharedMemoryStatus = _refuse(UnsupportedError, _NO_SYSTEM_SHM)
-    SystemSharedMemoryRegister = _refuse(UnsupportedError, _NO_SYSTEM_SHM)
-    SystemSharedMemoryUnregister = _refuse(UnsupportedError, _NO_SYSTEM_SHM)
-    CudaSharedMemoryStatus = _refuse(UnsupportedError, _NO_CUDA_SHM)
-    CudaSharedMemoryRegister = _refuse(UnsupportedError, _NO_CUDA_SHM)
-    CudaSharedMemoryUnregister = _refuse(UnsupportedError, _NO_CUDA_SHM)
-    TraceSetting = _refuse(UnsupportedError, "tracing is not supported yet")
-    LogSettings = _refuse(UnsupportedError, "log settings are not supported yet")
+    @_edge
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        if not self._model_control:
+            raise ModelControlDisabledError(_NO_MODEL_CONTROL)
+        override, files = load_parameters(request)
+        await self._repository.load(request.model_name, override, files)
+        return pb.RepositoryModelLoadResponse()
+
+    @_edge
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        if not self._model_control:
+            raise ModelControlDisabledError(_NO_MODEL_CONTROL)
+        await self._repository.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    SystemSharedMemoryStatus = _refuse("SystemSharedMemoryStatus", UnsupportedError, _NO_SYSTEM_SHM)
+    SystemSharedMemoryRegister = _refuse(
+        "SystemSharedMemoryRegister", UnsupportedError, _NO_SYSTEM_SHM
+    )
+    SystemSharedMemoryUnregister = _refuse(
+        "SystemSharedMemoryUnregister", UnsupportedError, _NO_SYSTEM_SHM
+    )
+    CudaSharedMemoryStatus = _refuse("CudaSharedMemoryStatus", UnsupportedError, _NO_CUDA_SHM)
+    CudaSharedMemoryRegister = _refuse("CudaSharedMemoryRegister", UnsupportedError, _NO_CUDA_SHM)
+    CudaSharedMemoryUnregister = _refuse(
+        "CudaSharedMemoryUnregister", UnsupportedError, _NO_CUDA_SHM
+    )
+    TraceSetting = _refuse("TraceSetting", UnsupportedError, "tracing is not supported yet")
+    LogSettings = _refuse("LogSettings", UnsupportedError, "log settings are not supported yet")

@@ -3,7 +3,7 @@
 from server.repository._autocomplete import autocomplete, fill_identity
 from server.repository._config import parse_config, read_config
 from server.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
-from server.repository._repository import Repository, parse_version
+from server.repository._repository import Repository, check_name, directory_stamp, parse_version
 from server.repository._validate import check_backend, check_signature
 from server.repository._versions import list_versions, select_versions
 
@@ -15,7 +15,9 @@ __all__ = [
     "VersionStatus",
     "autocomplete",
     "check_backend",
+    "check_name",
     "check_signature",
+    "directory_stamp",
     "fill_identity",
     "list_versions",
     "parse_config",

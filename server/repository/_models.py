@@ -14,6 +14,8 @@ from proto import model_config_pb2 as mc
 from server.inference import ModelIO
 from server.stats import ModelStats
 
+UNLOADED = "unloaded"  # the reason RepositoryIndex gives for a model that is not loaded
+
 
 class ModelState(StrEnum):
     """Triton's model states, spelled as RepositoryIndex reports them."""
@@ -36,8 +38,17 @@ class ModelVersion:
     instances: list[Instance]
     batcher: Batcher
     stats: ModelStats
+    source: VersionSource  # what it was built from, to tell whether a reload may keep it
     # Per-request conversion the backend needs before batching (None: arrays go as they are).
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionSource:
+    """The inputs of a version's build: its config before auto-complete and its model file."""
+
+    config: bytes  # the filled-in config (before auto-complete), deterministically serialized
+    file_stamp: tuple[int, int]  # (size, mtime_ns) of the model file
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,13 @@ class ModelEntry:
     config: mc.ModelConfig | None = None  # effective config of the newest loaded version
     ready: dict[int, ModelVersion] = field(default_factory=dict)
     statuses: list[VersionStatus] = field(default_factory=list)
+    stamp: tuple[object, ...] = ()  # the directory's files when last loaded (poll mode)
+    failed_stamp: tuple[object, ...] = ()  # the files of the last load that failed
+
+    @property
+    def unloaded(self) -> bool:
+        """Unloaded on purpose (not a failure)."""
+        return not self.ready and all(s.reason == UNLOADED for s in self.statuses)
 
     def latest_ready(self) -> ModelVersion | None:
         return self.ready[max(self.ready)] if self.ready else None

@@ -1,54 +1,187 @@
-"""`Repository`: the models found in a model repository directory and their loaded versions."""
+"""`Repository`: the models of one or more repository directories, and their lifecycle.
+
+Loads, reloads and unloads never interrupt service: new versions are built beside the serving
+ones and swapped in at once; replaced versions drain their accepted requests, then close.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from server.errors import ConfigError, InvalidInputError, ModelNotFoundError, ModelNotReadyError
-from server.repository._loader import load_model, unload_version
-from server.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
+from proto import model_config_pb2 as mc
+from server.errors import (
+    ConfigError,
+    InvalidInputError,
+    ModelLoadFailedError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
+from server.repository._loader import build_model, unload_version
+from server.repository._models import (
+    UNLOADED,
+    ModelEntry,
+    ModelState,
+    ModelVersion,
+    VersionStatus,
+)
 
 _log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 30.0  # how long a replaced or unloaded version may finish its requests
 
 
 class Repository:
     """Owns every model entry; read and changed on the event loop only."""
 
-    def __init__(self, root: Path, load_concurrency: int = 4) -> None:
-        self._root = root
+    def __init__(self, roots: Sequence[Path], load_concurrency: int = 4) -> None:
+        self._roots = tuple(roots)
         self._load_concurrency = max(load_concurrency, 1)
         self._models: dict[str, ModelEntry] = {}
+        self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
+        self._draining: set[asyncio.Task[None]] = set()
 
-    async def load_all(self) -> None:
-        """Load every model directory (in parallel, bounded); a broken one never stops the rest."""
-        if not self._root.is_dir():
-            raise ConfigError(f"model repository '{self._root}' is not a directory")
+    def scan(self) -> dict[str, Path]:
+        """Every model directory of every repository; a name in two repositories is an error."""
+        found: dict[str, Path] = {}
+        for root in self._roots:
+            if not root.is_dir():
+                raise ConfigError(f"model repository '{root}' is not a directory")
+            for path in sorted(root.iterdir()):
+                if not path.is_dir() or path.name.startswith("."):
+                    continue
+                if path.name in found:
+                    raise ConfigError(
+                        f"model '{path.name}' is in two repositories: '{found[path.name]}' and "
+                        f"'{path}'; model names must be unique across repositories"
+                    )
+                found[path.name] = path
+        return found
+
+    async def load_many(self, names: Iterable[str] | None = None) -> None:
+        """Load the named models (all found when None), in parallel with a bound; failures are
+        recorded in the index and never stop the rest."""
+        found = self.scan()
+        wanted = sorted(found) if names is None else sorted(set(names))
         gate = asyncio.Semaphore(self._load_concurrency)
 
-        async def load(path: Path) -> ModelEntry:
+        async def load(name: str) -> None:
             async with gate:
-                return await load_model(path.name, path)
+                with contextlib.suppress(ModelLoadFailedError, ModelNotFoundError):
+                    await self.load(name)
 
-        paths = sorted(p for p in self._root.iterdir() if p.is_dir() and not p.name.startswith("."))
-        for entry in await asyncio.gather(*(load(p) for p in paths)):
-            self._models[entry.name] = entry
+        await asyncio.gather(*(load(name) for name in wanted))
+
+    async def load(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load a model, or reload it if loaded; raises ModelLoadFailedError with the reasons.
+
+        `override` replaces config.pbtxt; `files` ("<version>/<name>" -> bytes) replace the
+        model's directory for this load. A reload that fails leaves the old versions serving.
+        """
+        check_name(name)
+        async with self._lock(name):
+            if files:
+                if override is None:
+                    raise InvalidInputError(
+                        f"model '{name}': file parameters need a 'config' parameter as well"
+                    )
+                with tempfile.TemporaryDirectory(prefix="convoy-") as scratch:
+                    path = _write_files(Path(scratch) / name, files)
+                    await self._build_and_swap(name, path, override, stamp=())
+                    return
+            found = self.scan().get(name)
+            if found is None:
+                raise ModelNotFoundError(
+                    f"failed to load '{name}', failed to poll from model repository"
+                )
+            await self._build_and_swap(name, found, override, stamp=directory_stamp(found))
+
+    async def _build_and_swap(
+        self, name: str, path: Path, override: mc.ModelConfig | None, stamp: tuple[object, ...]
+    ) -> None:
+        entry = self._models.get(name)
+        if entry is None:
+            entry = self._models[name] = ModelEntry(name, path)
+        if not entry.ready:
+            entry.statuses = [VersionStatus(None, ModelState.LOADING)]
+        built = await build_model(name, path, override, entry.ready)
+        if built.failures and entry.ready:
+            entry.failed_stamp = stamp
+            reason = "; ".join(built.failures)
+            _log.error(
+                "reload of model '%s' failed, the loaded versions keep serving: %s", name, reason
+            )
+            self._retire(v for v in built.ready.values() if v not in entry.ready.values())
+            raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+        replaced = [v for k, v in entry.ready.items() if built.ready.get(k) is not v]
+        entry.path = path
+        entry.ready = built.ready
+        entry.statuses = built.statuses
+        entry.config = built.ready[max(built.ready)].config if built.ready else None
+        entry.stamp, entry.failed_stamp = stamp, ()
+        self._retire(replaced)
+        if built.failures:
+            entry.failed_stamp = stamp
+            reason = "; ".join(built.failures)
+            _log.error("model '%s' is unavailable: %s", name, reason)
+            raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+
+    async def unload(self, name: str) -> None:
+        """Stop serving a model: new requests fail at once, accepted ones finish first."""
+        check_name(name)
+        async with self._lock(name):
+            entry = self._models.get(name)
+            if entry is None or not entry.ready:
+                return  # as Triton: unloading a model that is not loaded succeeds
+            old = entry.ready
+            entry.ready = {}
+            entry.statuses = [VersionStatus(v, ModelState.UNLOADING) for v in sorted(old)]
+            await asyncio.gather(*(unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
+            entry.statuses = [
+                VersionStatus(v, ModelState.UNAVAILABLE, UNLOADED) for v in sorted(old)
+            ]
+            _log.info("unloaded model '%s'", name)
+
+    async def poll(self) -> None:
+        """Apply what changed on disk: models added, removed or with changed files."""
+        found = self.scan()
+        for name in sorted(set(self._models) - set(found)):
+            await self.unload(name)
+            self._models.pop(name, None)
+        for name, path in sorted(found.items()):
+            entry = self._models.get(name)
+            stamp = directory_stamp(path)
+            if entry is not None and stamp in (entry.stamp, entry.failed_stamp):
+                continue  # unchanged, or the same files that failed last time
+            with contextlib.suppress(ModelLoadFailedError):
+                await self.load(name)
 
     async def unload_all(self, timeout_s: float) -> None:
         versions = [v for entry in self._models.values() for v in entry.ready.values()]
-        await asyncio.gather(*(unload_version(v, timeout_s) for v in versions))
         for entry in self._models.values():
-            entry.ready.clear()
+            entry.ready = {}
+        await asyncio.gather(*(unload_version(v, timeout_s) for v in versions))
+        await asyncio.gather(*self._draining)
 
     def entries(self) -> list[ModelEntry]:
         return [self._models[name] for name in sorted(self._models)]
 
     def all_ready(self) -> bool:
-        """Every model has a ready version and no version failed (Triton's strict readiness)."""
+        """Every model meant to serve is ready (Triton's strict readiness); models unloaded on
+        purpose do not count."""
         return all(
             entry.ready and all(s.state is ModelState.READY for s in entry.statuses)
             for entry in self._models.values()
+            if not entry.unloaded
         )
 
     def entry(self, name: str) -> ModelEntry:
@@ -89,7 +222,60 @@ class Repository:
         return True
 
     def index(self) -> list[tuple[str, VersionStatus]]:
-        return [(entry.name, status) for entry in self.entries() for status in entry.statuses]
+        """Every model of the repositories with its state, loaded or not."""
+        statuses = {entry.name: entry.statuses for entry in self._models.values()}
+        with contextlib.suppress(ConfigError):
+            for name in self.scan():
+                statuses.setdefault(name, [])
+        return [
+            (name, status)
+            for name in sorted(statuses)
+            for status in statuses[name] or [VersionStatus(None, ModelState.UNAVAILABLE, UNLOADED)]
+        ]
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    def _retire(self, versions: Iterable[ModelVersion]) -> None:
+        """Drain and close replaced versions in the background."""
+        for version in versions:
+            task = asyncio.create_task(unload_version(version, DRAIN_TIMEOUT_S))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+
+
+def check_name(name: str) -> None:
+    """A model name is one plain directory name: nothing outside the repositories is reachable."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
+        raise InvalidInputError(f"invalid model name '{name}': it must be a plain directory name")
+
+
+def directory_stamp(path: Path) -> tuple[object, ...]:
+    """Names, sizes and modification times of every file below a model directory."""
+    stamp = []
+    for file in sorted(path.rglob("*")):
+        with contextlib.suppress(OSError):
+            if file.is_file():
+                info = file.stat()
+                stamp.append((str(file.relative_to(path)), info.st_size, info.st_mtime_ns))
+    return tuple(stamp)
+
+
+def _write_files(path: Path, files: Mapping[str, bytes]) -> Path:
+    """Lay out `file:` parameters ("<version>/<name>") as a model directory."""
+    for key, data in files.items():
+        parts = Path(key).parts
+        if Path(key).is_absolute() or len(parts) < 2 or not parts[0].isdigit() or ".." in parts:
+            raise InvalidInputError(
+                f"file parameter 'file:{key}' must name '<version>/<file>' inside the model"
+            )
+        target = path.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return path
 
 
 def parse_version(version: str) -> int:

@@ -204,3 +204,21 @@ async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiti
     await asyncio.gather(*(batcher.infer(_x(i), 1) for i in range(16)))
     assert max(r.batch_size for r in records) > 1
     await batcher.stop(1.0)
+
+
+async def test_instances_can_be_added_and_retired_in_place() -> None:
+    first, second = Doubler(0.05), Doubler(0.0)
+    batcher = Batcher("m", [first], ONE_BY_ONE)
+    await batcher.start()
+    busy = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.01)
+    batcher.add_executor(second)
+    assert float((await batcher.infer(_x(2), 1)).outputs["y"][0, 0]) == 4.0  # on the new one
+    assert second.calls
+    retired = asyncio.create_task(batcher.retire_executor())
+    assert await retired is second  # the idle one goes at once
+    assert batcher.executor_count == 1
+    with pytest.raises(ValueError, match="at least one"):
+        await batcher.retire_executor()
+    await busy
+    await batcher.stop(1.0)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from proto import grpc_service_pb2 as pb
-from server.datatypes import BY_WIRE
+from server.datatypes import BY_WIRE, decode_raw, encode_bytes, encode_raw
 from server.errors import InvalidInputError
-from server.grpc.codec import decode_inputs, decode_raw, encode_bytes, encode_raw
+from server.grpc.codec import decode_inputs
 
 FIXED_TYPES = {
     "BOOL": np.array([[True, False], [False, True]]),
