@@ -71,6 +71,11 @@ class Batcher:
         return len(self._queue)
 
     @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet answered (queued or executing)."""
+        return self._in_flight
+
+    @property
     def policy(self) -> BatchPolicy:
         return self._policy
 

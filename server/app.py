@@ -19,7 +19,7 @@ from server.engine import Engine
 from server.errors import ServerError
 from server.grpc import InferenceServicer
 from server.metrics import MetricsServer, StatsCollector
-from server.repository import Repository
+from server.repository import MemoryBudget, Repository
 from server.settings import ModelControlMode, ServerSettings
 
 _log = logging.getLogger(__name__)
@@ -39,8 +39,17 @@ class App:
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
-        self.repository = Repository(settings.model_repositories, settings.model_load_threads)
-        self.engine = Engine(self.repository, settings.strict_readiness)
+        budget = (
+            None
+            if settings.memory_budget_bytes is None
+            else MemoryBudget(settings.memory_budget_bytes, settings.evict_lru)
+        )
+        self.repository = Repository(
+            settings.model_repositories, settings.model_load_threads, budget
+        )
+        self.engine = Engine(
+            self.repository, settings.strict_readiness, settings.lazy_load_timeout_s
+        )
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
 

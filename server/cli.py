@@ -15,6 +15,7 @@ import uvloop
 from server.app import App, convoy_version
 from server.errors import ServerError
 from server.grpc import RESTRICTABLE_GROUPS
+from server.repository import auto_limit_bytes
 from server.settings import (
     DEFAULT_MAX_MESSAGE_BYTES,
     ModelControlMode,
@@ -32,6 +33,20 @@ def _bool(text: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _budget(text: str) -> int:
+    if text == "auto":
+        return auto_limit_bytes()
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of bytes or auto, got '{text}'"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"the memory budget must be positive, got {value}")
+    return value
 
 
 def _restricted(text: str) -> RestrictedProtocol:
@@ -78,6 +93,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="explicit mode: load this model at start (repeatable; * loads all)",
+    )
+    serve.add_argument(
+        "--memory-budget",
+        type=_budget,
+        default=None,
+        metavar="BYTES|auto",
+        help="bytes loaded models may take (auto: half the RAM); loads past it are refused",
+    )
+    serve.add_argument(
+        "--model-eviction",
+        choices=["none", "lru"],
+        default="none",
+        help="lru: unload least recently used idle models to make room under the budget",
+    )
+    serve.add_argument(
+        "--lazy-load",
+        action="store_true",
+        help="a request for an evicted model loads it again and waits for it",
+    )
+    serve.add_argument(
+        "--lazy-load-timeout-secs",
+        type=float,
+        default=30.0,
+        help="how long such a request waits (default 30)",
     )
     serve.add_argument(
         "--grpc-restricted-protocol",
@@ -133,6 +172,9 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         repository_poll_s=args.repository_poll_secs,
         load_models=tuple(args.load_model),
         restricted=tuple(args.grpc_restricted_protocol),
+        memory_budget_bytes=args.memory_budget,
+        evict_lru=args.model_eviction == "lru",
+        lazy_load_timeout_s=args.lazy_load_timeout_secs if args.lazy_load else None,
     )
 
 

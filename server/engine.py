@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from backends import BackendError
 from batching import BatchingError, QueueFullError, RequestTimeoutError
-from server.errors import ServerStoppingError
+from server.errors import ModelLoadFailedError, ModelNotReadyError, ServerStoppingError
 from server.inference import InferInput, InferOptions, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
 
@@ -37,9 +37,15 @@ class InferResponse:
 class Engine:
     """Routes requests to model versions, tracks requests in flight, and refuses when stopping."""
 
-    def __init__(self, repository: Repository, strict_readiness: bool = True) -> None:
+    def __init__(
+        self,
+        repository: Repository,
+        strict_readiness: bool = True,
+        lazy_load_timeout_s: float | None = None,
+    ) -> None:
         self.repository = repository
         self._strict_readiness = strict_readiness
+        self._lazy_load_timeout_s = lazy_load_timeout_s  # None: evicted models stay unloaded
         self._stopping = False
         self._in_flight = 0
 
@@ -78,7 +84,7 @@ class Engine:
     ) -> InferResponse:
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
-        target = self.repository.get(model, version)
+        target = await self._target(model, version)
         arrays, batch_size = check_request(target.io, inputs, outputs)
         if target.prepare is not None:
             arrays = target.prepare(arrays)
@@ -107,6 +113,25 @@ class Engine:
                 self._idle.set()
         target.stats.record_success(result, time.monotonic_ns() - start_ns)
         return _response(target, result.outputs, outputs)
+
+    async def _target(self, model: str, version: str) -> ModelVersion:
+        try:
+            return self.repository.get(model, version)
+        except ModelNotReadyError:
+            if self._lazy_load_timeout_s is None or not self.repository.is_evicted(model):
+                raise
+        try:
+            await asyncio.wait_for(self.repository.ensure_loaded(model), self._lazy_load_timeout_s)
+        except TimeoutError:
+            raise ModelNotReadyError(
+                f"model '{model}' was evicted and did not load again within "
+                f"{self._lazy_load_timeout_s} s"
+            ) from None
+        except ModelLoadFailedError as exc:
+            raise ModelNotReadyError(
+                f"model '{model}' was evicted and failed to load: {exc}"
+            ) from exc
+        return self.repository.get(model, version)
 
 
 def _response(target: ModelVersion, produced: Any, requested: Sequence[str]) -> InferResponse:

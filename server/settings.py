@@ -45,3 +45,6 @@ class ServerSettings:
     repository_poll_s: float = 15.0  # poll mode: seconds between scans
     load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*": every model)
     restricted: tuple[RestrictedProtocol, ...] = field(default=())
+    memory_budget_bytes: int | None = None  # None: no budget
+    evict_lru: bool = False  # make room under the budget by unloading idle models
+    lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this

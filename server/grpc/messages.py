@@ -55,6 +55,7 @@ def model_statistics(target: ModelVersion) -> pb.ModelStatistics:
             )
             for size, durations in sorted(stats.batches.items())
         ],
+        memory_usage=[pb.MemoryUsage(type="CPU", id=0, byte_size=target.memory_bytes)],
     )
 
 

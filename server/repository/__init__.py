@@ -1,6 +1,13 @@
 """The model repository: scanning, config parsing, auto-complete, versions and loaded models."""
 
 from server.repository._autocomplete import autocomplete, fill_identity
+from server.repository._budget import (
+    MemoryBudget,
+    Resident,
+    auto_limit_bytes,
+    choose_evictions,
+    footprint_bytes,
+)
 from server.repository._config import parse_config, read_config
 from server.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
 from server.repository._repository import Repository, check_name, directory_stamp, parse_version
@@ -8,17 +15,22 @@ from server.repository._validate import check_backend, check_signature
 from server.repository._versions import list_versions, select_versions
 
 __all__ = [
+    "MemoryBudget",
     "ModelEntry",
     "ModelState",
     "ModelVersion",
     "Repository",
+    "Resident",
     "VersionStatus",
+    "auto_limit_bytes",
     "autocomplete",
     "check_backend",
     "check_name",
     "check_signature",
+    "choose_evictions",
     "directory_stamp",
     "fill_identity",
+    "footprint_bytes",
     "list_versions",
     "parse_config",
     "parse_version",

@@ -21,6 +21,7 @@ from server.datatypes import BY_CONFIG, decode_raw
 from server.errors import ConfigError, ServerError
 from server.inference import ModelIO
 from server.repository._autocomplete import autocomplete, fill_identity
+from server.repository._budget import footprint_bytes
 from server.repository._config import read_config
 from server.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
 from server.repository._validate import check_backend, check_signature
@@ -136,6 +137,7 @@ async def _new_version(
         batcher,
         stats,
         source,
+        footprint_bytes(effective, source.file_stamp[0], len(instances)),
         prepare=prepare_inputs if takes_strings else None,
     )
 
@@ -176,6 +178,7 @@ async def _resize(
         await asyncio.to_thread(closing.close)
     target.config = effective
     target.source = source
+    target.memory_bytes = footprint_bytes(effective, source.file_stamp[0], wanted)
     _log.info("model '%s' version %d now runs %d instance(s)", target.name, target.version, wanted)
 
 

@@ -39,6 +39,7 @@ class ModelVersion:
     batcher: Batcher
     stats: ModelStats
     source: VersionSource  # what it was built from, to tell whether a reload may keep it
+    memory_bytes: int  # estimated footprint, counted against the memory budget
     # Per-request conversion the backend needs before batching (None: arrays go as they are).
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
 
@@ -69,8 +70,22 @@ class ModelEntry:
     config: mc.ModelConfig | None = None  # effective config of the newest loaded version
     ready: dict[int, ModelVersion] = field(default_factory=dict)
     statuses: list[VersionStatus] = field(default_factory=list)
+    loaded_ms: int = 0  # wall-clock ms of the last successful load, for LRU before any request
+    evicted: bool = False  # unloaded to make room under the memory budget
     stamp: tuple[object, ...] = ()  # the directory's files when last loaded (poll mode)
     failed_stamp: tuple[object, ...] = ()  # the files of the last load that failed
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(v.memory_bytes for v in self.ready.values())
+
+    @property
+    def last_used_ms(self) -> int:
+        return max([self.loaded_ms, *(v.stats.last_inference_ms for v in self.ready.values())])
+
+    @property
+    def idle(self) -> bool:
+        return all(v.batcher.in_flight == 0 for v in self.ready.values())
 
     @property
     def unloaded(self) -> bool:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from server.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from server.repository._budget import MemoryBudget, Resident, choose_evictions
 from server.repository._loader import build_model, unload_version
 from server.repository._models import (
     UNLOADED,
@@ -38,12 +40,19 @@ DRAIN_TIMEOUT_S = 30.0  # how long a replaced or unloaded version may finish its
 class Repository:
     """Owns every model entry; read and changed on the event loop only."""
 
-    def __init__(self, roots: Sequence[Path], load_concurrency: int = 4) -> None:
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        load_concurrency: int = 4,
+        budget: MemoryBudget | None = None,
+    ) -> None:
         self._roots = tuple(roots)
         self._load_concurrency = max(load_concurrency, 1)
+        self._budget = budget
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
         self._draining: set[asyncio.Task[None]] = set()
+        self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
 
     def scan(self) -> dict[str, Path]:
         """Every model directory of every repository; a name in two repositories is an error."""
@@ -123,17 +132,85 @@ class Repository:
             self._retire(v for v in built.ready.values() if v not in entry.ready.values())
             raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
         replaced = [v for k, v in entry.ready.items() if built.ready.get(k) is not v]
+        if self._budget is not None:
+            fresh = [v for v in built.ready.values() if v not in entry.ready.values()]
+            try:
+                await self._make_room(name, fresh, replaced)
+            except ModelLoadFailedError:
+                self._retire(fresh)
+                raise
         entry.path = path
         entry.ready = built.ready
         entry.statuses = built.statuses
         entry.config = built.ready[max(built.ready)].config if built.ready else None
         entry.stamp, entry.failed_stamp = stamp, ()
+        entry.loaded_ms, entry.evicted = time.time_ns() // 1_000_000, False
         self._retire(replaced)
         if built.failures:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)
             _log.error("model '%s' is unavailable: %s", name, reason)
             raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+
+    async def _make_room(
+        self, name: str, fresh: Sequence[ModelVersion], replaced: Sequence[ModelVersion]
+    ) -> None:
+        """Fit freshly built versions under the budget, evicting idle models if allowed."""
+        assert self._budget is not None
+        limit = self._budget.limit_bytes
+        used = sum(e.memory_bytes for e in self._models.values()) - sum(
+            v.memory_bytes for v in replaced
+        )
+        needed = sum(v.memory_bytes for v in fresh)
+        residents = [
+            Resident(e.name, e.memory_bytes, e.last_used_ms, e.idle)
+            for e in self._models.values()
+            if e.name != name and e.ready
+        ]
+        victims = (
+            choose_evictions(residents, needed, limit - used)
+            if self._budget.evict_lru
+            else ([] if needed <= limit - used else None)
+        )
+        if victims is None:
+            raise ModelLoadFailedError(
+                f"load failed for model '{name}': it needs {needed} bytes, but only "
+                f"{max(limit - used, 0)} of the {limit}-byte memory budget are free "
+                f"({used} bytes used by {len(residents)} other model(s))"
+                + ("; no idle model can be evicted to make room" if self._budget.evict_lru else "")
+            )
+        for victim in victims:
+            await self._evict(self._models[victim.name], name)
+
+    async def _evict(self, entry: ModelEntry, for_model: str) -> None:
+        reason = (
+            f"evicted (least recently used) to make room for '{for_model}' under the memory budget"
+        )
+        _log.warning("model '%s' %s (%d bytes)", entry.name, reason, entry.memory_bytes)
+        old = entry.ready
+        entry.ready = {}
+        entry.evicted = True
+        entry.statuses = [VersionStatus(v, ModelState.UNAVAILABLE, reason) for v in sorted(old)]
+        await asyncio.gather(*(unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
+
+    async def ensure_loaded(self, name: str) -> None:
+        """Load an evicted model again on demand (once, however many requests ask)."""
+        task = self._lazy.get(name)
+        if task is None:
+            task = asyncio.create_task(self._reload_evicted(name))
+            self._lazy[name] = task
+            task.add_done_callback(lambda _: self._lazy.pop(name, None))
+        await asyncio.shield(task)
+
+    async def _reload_evicted(self, name: str) -> None:
+        entry = self._models.get(name)
+        if entry is not None and entry.evicted and not entry.ready:
+            _log.info("loading evicted model '%s' on demand", name)
+            await self.load(name)
+
+    def is_evicted(self, name: str) -> bool:
+        entry = self._models.get(name)
+        return entry is not None and entry.evicted and not entry.ready
 
     async def unload(self, name: str) -> None:
         """Stop serving a model: new requests fail at once, accepted ones finish first."""
@@ -181,7 +258,7 @@ class Repository:
         return all(
             entry.ready and all(s.state is ModelState.READY for s in entry.statuses)
             for entry in self._models.values()
-            if not entry.unloaded
+            if not entry.unloaded and not entry.evicted
         )
 
     def entry(self, name: str) -> ModelEntry:

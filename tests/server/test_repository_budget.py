@@ -1,0 +1,35 @@
+"""The memory budget: footprints and which idle models LRU eviction picks."""
+
+from server.repository import Resident, choose_evictions, footprint_bytes, parse_config
+
+
+def test_footprint_is_weights_plus_a_full_batch_per_instance() -> None:
+    config = parse_config(
+        'name: "m" max_batch_size: 8 '
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] } ] '
+        'output [ { name: "y" data_type: TYPE_INT64 dims: [ -1, 2 ] } ]',
+        "inline",
+    )
+    # (1000 bytes of weights + 8 x 16 x 4 + 8 x 1 x 2 x 8) x 2 instances
+    assert footprint_bytes(config, 1000, 2) == (1000 + 512 + 128) * 2
+
+
+def resident(name: str, size: int, last_used_ms: int, idle: bool = True) -> Resident:
+    return Resident(name, size, last_used_ms, idle)
+
+
+def test_nothing_is_evicted_when_the_load_fits() -> None:
+    assert choose_evictions([resident("a", 10, 1)], needed_bytes=5, free_bytes=5) == []
+
+
+def test_least_recently_used_idle_models_go_first_until_it_fits() -> None:
+    residents = [resident("new", 10, 300), resident("old", 10, 100), resident("mid", 10, 200)]
+    chosen = choose_evictions(residents, needed_bytes=25, free_bytes=10)
+    assert [r.name for r in chosen or []] == ["old", "mid"]
+
+
+def test_busy_models_are_never_evicted() -> None:
+    residents = [resident("busy", 100, 1, idle=False), resident("idle", 5, 2)]
+    assert choose_evictions(residents, needed_bytes=50, free_bytes=10) is None
+    chosen = choose_evictions(residents, needed_bytes=12, free_bytes=10)
+    assert [r.name for r in chosen or []] == ["idle"]
