@@ -80,8 +80,12 @@ class Repository:
 
         async def load(name: str) -> None:
             async with gate:
-                with contextlib.suppress(ModelLoadFailedError, ModelNotFoundError):
+                try:
                     await self.load(name)
+                except ModelNotFoundError as exc:
+                    _log.error("%s", exc)
+                except ModelLoadFailedError:
+                    pass  # recorded in the index, and logged
 
         await asyncio.gather(*(load(name) for name in wanted))
 
@@ -331,13 +335,16 @@ def check_name(name: str) -> None:
 
 
 def directory_stamp(path: Path) -> tuple[object, ...]:
-    """Names, sizes and modification times of every file below a model directory."""
-    stamp = []
-    for file in sorted(path.rglob("*")):
-        with contextlib.suppress(OSError):
-            if file.is_file():
-                info = file.stat()
-                stamp.append((str(file.relative_to(path)), info.st_size, info.st_mtime_ns))
+    """Every directory below a model directory, and every file's size and modification time."""
+    stamp: list[tuple[object, ...]] = []
+    for item in sorted(path.rglob("*")):
+        with contextlib.suppress(OSError):  # gone since listed: the next poll sees it
+            relative = str(item.relative_to(path))
+            if item.is_dir():
+                stamp.append((relative,))
+            elif item.is_file():
+                info = item.stat()
+                stamp.append((relative, info.st_size, info.st_mtime_ns))
     return tuple(stamp)
 
 

@@ -30,3 +30,10 @@ def test_stamp_changes_with_any_file_below_the_model(tmp_path: Path) -> None:
     grown = directory_stamp(tmp_path)
     os.utime(model, ns=(1, 1))
     assert directory_stamp(tmp_path) != grown
+
+
+def test_stamp_changes_when_an_empty_directory_goes(tmp_path: Path) -> None:
+    (tmp_path / "2").mkdir()
+    with_dir = directory_stamp(tmp_path)
+    (tmp_path / "2").rmdir()
+    assert directory_stamp(tmp_path) != with_dir
