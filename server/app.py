@@ -18,7 +18,7 @@ from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.engine import Engine
 from server.errors import ServerError
 from server.grpc import InferenceServicer
-from server.metrics import MetricsServer, StatsCollector
+from server.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.repository import MemoryBudget, Repository
 from server.settings import ModelControlMode, ServerSettings
 
@@ -67,8 +67,15 @@ class App:
         await self._server.start()
         self._metrics_server: MetricsServer | None = None
         if self.settings.allow_metrics:
+            options = MetricsOptions(
+                counter_latencies=self.settings.counter_latencies,
+                histograms=self.settings.histogram_metrics,
+                cpu=self.settings.allow_cpu_metrics,
+            )
             self._metrics_server = MetricsServer(
-                StatsCollector(self.repository), self.settings.host, self.settings.metrics_port
+                StatsCollector(self.repository, options),
+                self.settings.host,
+                self.settings.metrics_port,
             )
             self._metrics_server.start()
             self.metrics_port = self._metrics_server.port

@@ -35,6 +35,15 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
+def _metrics_config(text: str) -> tuple[str, bool]:
+    key, _, value = text.partition("=")
+    if key not in ("counter_latencies", "histogram_latencies"):
+        raise argparse.ArgumentTypeError(
+            f"expected counter_latencies=BOOL or histogram_latencies=BOOL, got '{text}'"
+        )
+    return key, _bool(value)
+
+
 def _budget(text: str) -> int:
     if text == "auto":
         return auto_limit_bytes()
@@ -131,6 +140,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=int, default=8002, help="0 picks a free port")
     serve.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     serve.add_argument(
+        "--allow-cpu-metrics",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="export nv_cpu_utilization and nv_cpu_memory_*_bytes (default true)",
+    )
+    serve.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        type=_metrics_config,
+        metavar="KEY=BOOL",
+        help="counter_latencies (Triton's *_duration_us counters) or histogram_latencies "
+        "(Convoy's batch-size and latency histograms); both default true",
+    )
+    serve.add_argument(
         "--strict-readiness",
         type=_bool,
         default=True,
@@ -172,6 +197,9 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         repository_poll_s=args.repository_poll_secs,
         load_models=tuple(args.load_model),
         restricted=tuple(args.grpc_restricted_protocol),
+        allow_cpu_metrics=args.allow_cpu_metrics,
+        counter_latencies=dict(args.metrics_config).get("counter_latencies", True),
+        histogram_metrics=dict(args.metrics_config).get("histogram_latencies", True),
         memory_budget_bytes=args.memory_budget,
         evict_lru=args.model_eviction == "lru",
         lazy_load_timeout_s=args.lazy_load_timeout_secs if args.lazy_load else None,

@@ -1,20 +1,24 @@
 """Prometheus metrics under Triton's names, read from the model statistics at scrape time.
 
-Nothing is counted on the request path: the collector walks the statistics when scraped.
+The request path only updates `ModelStats` (counters and two histogram buckets, about a
+microsecond); the collector walks the statistics when scraped, and reads CPU figures from /proc.
 Counters keep Triton's exact names in samples and in HELP/TYPE lines (prometheus_client's
 text exposition would name the family `<name>_total`), so the page is rendered here.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from server.repository import ModelVersion, Repository
+from server.stats import Histogram
 
 # (name, type, help, value of one model version)
 _FAMILIES: tuple[tuple[str, str, str, Callable[[ModelVersion], float]], ...] = (
@@ -75,19 +79,57 @@ _FAMILIES: tuple[tuple[str, str, str, Callable[[ModelVersion], float]], ...] = (
 )
 
 
+_LATENCY_FAMILIES = {  # the counters --metrics-config counter_latencies=false turns off
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+}
 _FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsOptions:
+    """Which groups of metrics are exported."""
+
+    counter_latencies: bool = True  # Triton's cumulative *_duration_us counters
+    histograms: bool = True  # Convoy's batch-size and request-latency histograms
+    cpu: bool = True  # nv_cpu_utilization and nv_cpu_memory_*_bytes
 
 
 class StatsCollector(Collector):
     """Triton's per-model metrics, computed from each ready version's statistics."""
 
-    def __init__(self, repository: Repository) -> None:
+    def __init__(self, repository: Repository, options: MetricsOptions | None = None) -> None:
         self._repository = repository
+        self._options = options or MetricsOptions()
+        self._cpu = CpuSampler()
 
     def collect(self) -> Iterator[Metric]:
         # Runs on the metrics thread: take a snapshot of the versions before walking them.
         versions = [v for entry in self._repository.entries() for v in list(entry.ready.values())]
+        yield from self._model_families(versions)
+        if self._options.histograms:
+            yield _histogram(
+                "convoy_inference_batch_size",
+                "Batch sizes executed (Convoy's addition)",
+                versions,
+                lambda v: v.stats.batch_sizes,
+            )
+            yield _histogram(
+                "convoy_inference_request_duration_us",
+                "End-to-end duration of successful requests in microseconds (Convoy's addition)",
+                versions,
+                lambda v: v.stats.request_us,
+            )
+        if self._options.cpu:
+            yield from self._cpu.families()
+
+    def _model_families(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         for name, kind, documentation, value in _FAMILIES:
+            if name in _LATENCY_FAMILIES and not self._options.counter_latencies:
+                continue
             family = Metric(name, documentation, kind)
             for version in versions:
                 family.add_sample(name, _labels(version), value(version))
@@ -98,6 +140,83 @@ class StatsCollector(Collector):
                 labels = {**_labels(version), "reason": reason}
                 failure.add_sample(failure.name, labels, version.stats.failures.get(reason, 0))
         yield failure
+        load = Metric("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
+        for version in versions:
+            load.add_sample(load.name, _labels(version), version.load_s)
+        yield load
+
+
+def _histogram(
+    name: str,
+    documentation: str,
+    versions: list[ModelVersion],
+    histogram_of: Callable[[ModelVersion], Histogram],
+) -> Metric:
+    family = Metric(name, documentation, "histogram")
+    for version in versions:
+        labels = _labels(version)
+        histogram = histogram_of(version)
+        counts = list(histogram.counts)  # a snapshot: the loop may observe meanwhile
+        cumulative = 0
+        for bound, count in zip([*histogram.bounds, math.inf], counts, strict=True):
+            cumulative += count
+            le = "+Inf" if bound == math.inf else _number(bound)
+            family.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)
+        family.add_sample(f"{name}_count", labels, cumulative)
+        family.add_sample(f"{name}_sum", labels, histogram.total)
+    return family
+
+
+class CpuSampler:
+    """System CPU utilization since the previous scrape, and memory, from /proc (Linux)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[int, int] | None = None  # (busy, total) jiffies at the last scrape
+        self._utilization()  # the first scrape then reports the time since start
+
+    def families(self) -> Iterator[Metric]:
+        utilization = self._utilization()
+        if utilization is not None:
+            family = Metric("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+            family.add_sample(family.name, {}, utilization)
+            yield family
+        memory = _meminfo()
+        if memory is not None:
+            total, available = memory
+            for name, value, text in (
+                ("nv_cpu_memory_total_bytes", total, "CPU total memory (RAM), in bytes"),
+                ("nv_cpu_memory_used_bytes", total - available, "CPU used memory (RAM), in bytes"),
+            ):
+                family = Metric(name, text, "gauge")
+                family.add_sample(name, {}, value)
+                yield family
+
+    def _utilization(self) -> float | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as stat:
+                fields = [int(v) for v in stat.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        total = sum(fields[:8])
+        previous, self._last = self._last, (total - idle, total)
+        if previous is None or total == previous[1]:
+            return 0.0
+        return (total - idle - previous[0]) / (total - previous[1])
+
+
+def _meminfo() -> tuple[int, int] | None:
+    values: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                key, _, rest = line.partition(":")
+                values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if "MemTotal" not in values or "MemAvailable" not in values:
+        return None
+    return values["MemTotal"], values["MemAvailable"]
 
 
 def _labels(version: ModelVersion) -> dict[str, str]:
@@ -113,7 +232,8 @@ def render(families: Iterable[Metric]) -> str:
         lines.append(f"# TYPE {family.name} {family.type}")
         for sample in family.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
-            lines.append(f"{sample.name}{{{labels}}} {_number(sample.value)}")
+            selector = f"{{{labels}}}" if labels else ""
+            lines.append(f"{sample.name}{selector} {_number(sample.value)}")
     return "\n".join(lines) + "\n"
 
 

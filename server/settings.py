@@ -45,6 +45,9 @@ class ServerSettings:
     repository_poll_s: float = 15.0  # poll mode: seconds between scans
     load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*": every model)
     restricted: tuple[RestrictedProtocol, ...] = field(default=())
+    allow_cpu_metrics: bool = True  # nv_cpu_utilization, nv_cpu_memory_*_bytes
+    counter_latencies: bool = True  # Triton's *_duration_us counters (--metrics-config)
+    histogram_metrics: bool = True  # Convoy's batch-size and latency histograms (--metrics-config)
     memory_budget_bytes: int | None = None  # None: no budget
     evict_lru: bool = False  # make room under the budget by unloading idle models
     lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +19,31 @@ class Duration:
     def add(self, ns: int, count: int = 1) -> None:
         self.count += count
         self.total_ns += ns
+
+
+# Convoy's histogram buckets (upper bounds): request latency in microseconds, batch sizes.
+LATENCY_BUCKETS_US = (
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+)  # fmt: skip
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Counts per bucket (the last one is +Inf) and the sum of what was observed."""
+
+    bounds: tuple[float, ...]  # ascending upper bounds, +Inf implied after the last
+    counts: list[int] = field(default_factory=list)  # not cumulative; len(bounds) + 1
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
 
 
 @dataclass(slots=True)
@@ -44,12 +70,15 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchDurations] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # by Triton's reason label
+    batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))
+    request_us: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_US))
 
     def record_execution(self, record: ExecutionRecord) -> None:
         if not record.succeeded:
             return
         self.execution_count += 1
         self.inference_count += record.batch_size
+        self.batch_sizes.observe(record.batch_size)
         durations = self.batches.get(record.batch_size)
         if durations is None:
             durations = self.batches[record.batch_size] = BatchDurations()
@@ -59,6 +88,7 @@ class ModelStats:
 
     def record_success(self, result: RequestResult, request_ns: int) -> None:
         self.success.add(request_ns)
+        self.request_us.observe(request_ns / 1000)
         self.queue.add(result.queue_ns)
         self.compute_input.add(result.compute_input_ns)
         self.compute_infer.add(result.compute_infer_ns)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,7 @@ async def _build_version(
 async def _new_version(
     config: mc.ModelConfig, path: Path, version: int, model_file: Path, source: VersionSource
 ) -> ModelVersion:
+    started_s = time.monotonic()
     settings = OrtSettings.from_config(config)
     first = await asyncio.to_thread(
         OrtInstance.load, f"{config.name}_{version}_0", model_file, settings
@@ -138,6 +140,7 @@ async def _new_version(
         stats,
         source,
         footprint_bytes(effective, source.file_stamp[0], len(instances)),
+        time.monotonic() - started_s,
         prepare=prepare_inputs if takes_strings else None,
     )
 

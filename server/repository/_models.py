@@ -40,6 +40,7 @@ class ModelVersion:
     stats: ModelStats
     source: VersionSource  # what it was built from, to tell whether a reload may keep it
     memory_bytes: int  # estimated footprint, counted against the memory budget
+    load_s: float  # how long building this version took (instances, warmup, batcher)
     # Per-request conversion the backend needs before batching (None: arrays go as they are).
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
 

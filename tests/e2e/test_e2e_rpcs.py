@@ -439,4 +439,4 @@ def test_metrics_match_the_statistics(
 def test_metrics_type_lines_name_the_samples(convoy: ConvoyServer) -> None:
     text = _scrape(convoy.metrics_port)
     assert "# TYPE nv_inference_count counter" in text.splitlines()
-    assert "_total" not in text
+    assert "_total{" not in text and "_total " not in text  # no counter renamed *_total
