@@ -260,6 +260,7 @@ class Batcher:
                             compute_infer_ns=outcome.compute_infer_ns,
                             compute_output_ns=outcome.compute_output_ns,
                             batch_size=record.batch_size,
+                            instance=executor.name,
                         )
                     )
         finally:

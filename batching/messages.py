@@ -27,6 +27,9 @@ class Outcome(Protocol):
 class Executor(Protocol):
     """Runs one batch; one executor per model instance, never two batches at once."""
 
+    @property
+    def name(self) -> str: ...
+
     async def execute(self, inputs: TensorMap) -> Outcome: ...
 
 
@@ -40,6 +43,7 @@ class RequestResult:
     compute_infer_ns: int
     compute_output_ns: int
     batch_size: int  # size of the whole batch this request ran in
+    instance: str  # name of the executor that ran it
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from server.grpc import InferenceServicer
 from server.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.repository import MemoryBudget, Repository
 from server.settings import ModelControlMode, ServerSettings
+from server.tracing import RequestTracer
 
 _log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ class App:
         self.repository = Repository(
             settings.model_repositories, settings.model_load_threads, budget
         )
+        self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(
-            self.repository, settings.strict_readiness, settings.lazy_load_timeout_s
+            self.repository, settings.strict_readiness, settings.lazy_load_timeout_s, self.tracer
         )
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
@@ -105,6 +107,8 @@ class App:
         await self.repository.unload_all(timeout_s=1.0)
         if self._metrics_server is not None:
             self._metrics_server.stop()
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
         _log.info("stopped")
 
     async def _load_initial_models(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from server.settings import (
     RestrictedProtocol,
     ServerSettings,
 )
+from server.tracing import TraceSettings
 
 _log = logging.getLogger("convoy")
 
@@ -102,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="explicit mode: load this model at start (repeatable; * loads all)",
+    )
+    serve.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[opentelemetry,]KEY=VALUE",
+        help="Triton's trace settings: mode=opentelemetry, level=OFF|TIMESTAMPS, rate=N, "
+        "count=N, opentelemetry,url=ENDPOINT, opentelemetry,resource=K=V; the OTLP exporter "
+        "also reads the standard OTEL_EXPORTER_OTLP_* variables",
     )
     serve.add_argument(
         "--memory-budget",
@@ -200,6 +211,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         allow_cpu_metrics=args.allow_cpu_metrics,
         counter_latencies=dict(args.metrics_config).get("counter_latencies", True),
         histogram_metrics=dict(args.metrics_config).get("histogram_latencies", True),
+        trace=TraceSettings.parse(args.trace_config, os.environ),
         memory_budget_bytes=args.memory_budget,
         evict_lru=args.model_eviction == "lru",
         lazy_load_timeout_s=args.lazy_load_timeout_secs if args.lazy_load else None,
@@ -221,7 +233,11 @@ async def serve(settings: ServerSettings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = settings_from(args)
+    try:
+        settings = settings_from(args)
+    except ServerError as exc:
+        print(f"convoy: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy.typing as npt
 
 from backends import BackendError
-from batching import BatchingError, QueueFullError, RequestTimeoutError
+from batching import BatchingError, QueueFullError, RequestResult, RequestTimeoutError
 from server.errors import ModelLoadFailedError, ModelNotReadyError, ServerStoppingError
 from server.inference import InferInput, InferOptions, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
+from server.tracing import RequestTracer, TracedRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +43,10 @@ class Engine:
         repository: Repository,
         strict_readiness: bool = True,
         lazy_load_timeout_s: float | None = None,
+        tracer: RequestTracer | None = None,
     ) -> None:
         self.repository = repository
+        self._tracer = tracer
         self._strict_readiness = strict_readiness
         self._lazy_load_timeout_s = lazy_load_timeout_s  # None: evicted models stay unloaded
         self._stopping = False
@@ -52,6 +55,11 @@ class Engine:
     async def start(self) -> None:
         self._idle = asyncio.Event()
         self._idle.set()
+
+    @property
+    def tracing(self) -> bool:
+        """Whether requests may be traced (front ends then pass their trace headers)."""
+        return self._tracer is not None
 
     @property
     def stopping(self) -> bool:
@@ -81,9 +89,60 @@ class Engine:
         inputs: Sequence[InferInput],
         outputs: Sequence[str],
         options: InferOptions,
+        request_id: str = "",
+        carrier: Mapping[str, str] | None = None,
     ) -> InferResponse:
+        """Serve one request; `carrier` holds its trace headers when tracing is on."""
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
+        if self._tracer is None or not self._tracer.wants(carrier):
+            target, result = await self._run(model, version, inputs, outputs, options)
+            return _response(target, result.outputs, outputs)
+        wall_offset_ns = time.time_ns() - time.monotonic_ns()
+        arrived_ns = time.monotonic_ns()
+        try:
+            target, result = await self._run(model, version, inputs, outputs, options)
+        except BaseException as exc:  # traced, then raised as it is
+            self._tracer.record(
+                TracedRequest(
+                    model,
+                    0,
+                    request_id,
+                    arrived_ns + wall_offset_ns,
+                    time.time_ns(),
+                    error=str(exc),
+                ),
+                carrier,
+            )
+            raise
+        done_ns = time.monotonic_ns()
+        compute_start_ns = (
+            done_ns - result.compute_output_ns - result.compute_infer_ns - result.compute_input_ns
+        )
+        self._tracer.record(
+            TracedRequest(
+                model,
+                target.version,
+                request_id,
+                arrived_ns + wall_offset_ns,
+                done_ns + wall_offset_ns,
+                compute_start_ns + wall_offset_ns,
+                done_ns + wall_offset_ns,
+                result.batch_size,
+                result.instance,
+            ),
+            carrier,
+        )
+        return _response(target, result.outputs, outputs)
+
+    async def _run(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[InferInput],
+        outputs: Sequence[str],
+        options: InferOptions,
+    ) -> tuple[ModelVersion, RequestResult]:
         target = await self._target(model, version)
         arrays, batch_size = check_request(target.io, inputs, outputs)
         if target.prepare is not None:
@@ -112,7 +171,7 @@ class Engine:
             if self._in_flight == 0:
                 self._idle.set()
         target.stats.record_success(result, time.monotonic_ns() - start_ns)
-        return _response(target, result.outputs, outputs)
+        return target, result
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

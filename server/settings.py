@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from server.tracing import TraceSettings
+
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -48,6 +50,7 @@ class ServerSettings:
     allow_cpu_metrics: bool = True  # nv_cpu_utilization, nv_cpu_memory_*_bytes
     counter_latencies: bool = True  # Triton's *_duration_us counters (--metrics-config)
     histogram_metrics: bool = True  # Convoy's batch-size and latency histograms (--metrics-config)
+    trace: TraceSettings = field(default_factory=TraceSettings)
     memory_budget_bytes: int | None = None  # None: no budget
     evict_lru: bool = False  # make room under the budget by unloading idle models
     lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this

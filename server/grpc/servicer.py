@@ -32,6 +32,7 @@ from server.grpc.messages import index_entries, model_metadata, model_statistics
 from server.grpc.status import status_for
 from server.repository import ModelVersion
 from server.settings import RestrictedProtocol
+from server.tracing import TRACE_HEADERS
 
 _log = logging.getLogger(__name__)
 
@@ -109,6 +110,14 @@ def _refuse(rpc: str, error: type[ServerError], message: str) -> _Handler[Any, A
 
     handler.__name__ = rpc
     return _edge(handler)
+
+
+def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {
+        key: value
+        for key, value in (context.invocation_metadata() or ())
+        if key in TRACE_HEADERS and isinstance(value, str)
+    }
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -223,6 +232,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             decode_inputs(request),
             requested_outputs(request),
             infer_options(request),
+            request.id,
+            _trace_headers(context) if self._engine.tracing else None,
         )
         return encode_response(response, request.id)
 

@@ -25,6 +25,7 @@ class Doubler:
     """Doubles "x" after a delay, recording when each execution ran and how many overlapped."""
 
     def __init__(self, delay_s: float = 0.0) -> None:
+        self.name = "doubler"
         self.delay_s = delay_s
         self.running = 0
         self.most_at_once = 0

@@ -1,0 +1,184 @@
+"""OpenTelemetry traces in Triton's shape: `InferRequest` > <model> > `compute`, per request.
+
+Spans are made after the request finishes, from the timestamps it collected, so an untraced
+request pays one counter check; export runs on a batch span processor's own thread and drops
+spans rather than ever blocking a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from server.errors import ConfigError
+
+TRACE_HEADERS = ("traceparent", "tracestate")  # W3C trace context in gRPC metadata
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """Triton's --trace-config settings (OpenTelemetry mode) and the OTLP exporter's."""
+
+    level: str = "OFF"  # OFF or TIMESTAMPS
+    rate: int = 1000  # trace one request in `rate` (0: only requests that carry a context)
+    count: int = -1  # how many requests to trace; -1 unlimited
+    endpoint: str | None = None  # `url`; None: the exporter reads OTEL_EXPORTER_OTLP_*ENDPOINT
+    protocol: str = "http/protobuf"  # or "grpc" (OTEL_EXPORTER_OTLP_*PROTOCOL)
+    resource: Mapping[str, str] = field(default_factory=dict)
+    bsp: Mapping[str, int] = field(default_factory=dict)  # batch span processor settings
+
+    @property
+    def enabled(self) -> bool:
+        return self.level != "OFF"
+
+    @classmethod
+    def parse(cls, entries: Sequence[str], environment: Mapping[str, str]) -> TraceSettings:
+        """From `--trace-config` entries ("rate=1", "opentelemetry,url=...") and OTEL_ vars."""
+        values: dict[str, str] = {}
+        resource: dict[str, str] = {}
+        bsp: dict[str, int] = {}
+        for entry in entries:
+            section, _, setting = entry.rpartition(",")
+            key, _, value = setting.partition("=")
+            if section not in ("", "opentelemetry") or not key or not value:
+                raise ConfigError(f"--trace-config '{entry}': expected [opentelemetry,]KEY=VALUE")
+            if key == "resource":
+                name, _, attribute = value.partition("=")
+                resource[name] = attribute
+            elif key.startswith("bsp_"):
+                bsp[key] = _int(entry, value)
+            else:
+                values[key] = value
+        mode = values.pop("mode", "opentelemetry")
+        if mode != "opentelemetry":
+            raise ConfigError(f"--trace-config mode={mode}: only opentelemetry is supported")
+        level = values.pop("level", "OFF").upper()
+        if level not in ("OFF", "TIMESTAMPS"):
+            raise ConfigError(f"--trace-config level={level}: use OFF or TIMESTAMPS")
+        settings = cls(
+            level=level,
+            rate=_int("rate", values.pop("rate", "1000")),
+            count=_int("count", values.pop("count", "-1")),
+            endpoint=values.pop("url", None),
+            protocol=environment.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            or environment.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            resource=resource,
+            bsp=bsp,
+        )
+        if values:
+            raise ConfigError(f"--trace-config: unknown setting(s) {sorted(values)}")
+        if settings.protocol not in ("grpc", "http/protobuf"):
+            raise ConfigError(f"OTLP protocol '{settings.protocol}': use grpc or http/protobuf")
+        return settings
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--trace-config {name}: expected an integer, got '{value}'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class TracedRequest:
+    """What one finished request contributes to its spans (wall-clock nanoseconds)."""
+
+    model: str
+    version: int
+    request_id: str
+    start_ns: int  # the request arrived
+    end_ns: int  # its answer was ready
+    compute_start_ns: int | None = None  # None: it never executed
+    compute_end_ns: int | None = None
+    batch_size: int = 0
+    instance: str = ""
+    error: str = ""
+
+
+class RequestTracer:
+    """Decides which requests are traced and turns them into spans."""
+
+    def __init__(self, settings: TraceSettings, exporter: SpanExporter | None = None) -> None:
+        self.settings = settings
+        self._seen = 0
+        self._left = settings.count
+        resource = Resource.create({"service.name": "convoy", **settings.resource})
+        self._provider = TracerProvider(resource=resource)
+        self._provider.add_span_processor(
+            BatchSpanProcessor(
+                exporter or _exporter(settings),
+                max_queue_size=settings.bsp.get("bsp_max_queue_size"),
+                schedule_delay_millis=settings.bsp.get("bsp_schedule_delay"),
+                max_export_batch_size=settings.bsp.get("bsp_max_export_batch_size"),
+            )
+        )
+        self._tracer = self._provider.get_tracer("convoy")
+
+    def wants(self, carrier: Mapping[str, str] | None) -> bool:
+        """Whether to trace the next request: propagated ones always, else one in `rate`."""
+        if carrier and "traceparent" in carrier:
+            return True
+        if self._left == 0 or self.settings.rate <= 0:
+            return False
+        self._seen += 1
+        if self._seen % self.settings.rate:
+            return False
+        if self._left > 0:
+            self._left -= 1
+        return True
+
+    def record(self, request: TracedRequest, carrier: Mapping[str, str] | None) -> None:
+        parent = _PROPAGATOR.extract(carrier) if carrier else None
+        root = self._tracer.start_span(
+            "InferRequest", context=parent, kind=SpanKind.SERVER, start_time=request.start_ns
+        )
+        attributes: dict[str, str | int] = {
+            "triton.model_name": request.model,
+            "triton.model_version": request.version,
+            "triton.request_id": request.request_id,
+        }
+        root.set_attributes(attributes)
+        context = trace.set_span_in_context(root)
+        model = self._tracer.start_span(
+            request.model, context=context, start_time=request.start_ns, attributes=attributes
+        )
+        if request.compute_start_ns is not None and request.compute_end_ns is not None:
+            compute = self._tracer.start_span(
+                "compute",
+                context=trace.set_span_in_context(model),
+                start_time=request.compute_start_ns,
+                attributes={
+                    **attributes,
+                    "convoy.batch_size": request.batch_size,
+                    "convoy.instance": request.instance,
+                },
+            )
+            compute.end(end_time=request.compute_end_ns)
+        if request.error:
+            for span in (model, root):
+                span.set_status(Status(StatusCode.ERROR, request.error))
+        model.end(end_time=request.end_ns)
+        root.end(end_time=request.end_ns)
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()  # flushes what is queued
+
+
+def _exporter(settings: TraceSettings) -> SpanExporter:
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=settings.endpoint)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return HttpExporter(endpoint=settings.endpoint)
