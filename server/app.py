@@ -18,6 +18,7 @@ from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.engine import Engine
 from server.errors import ServerError
 from server.grpc import InferenceServicer
+from server.logs import LogControl
 from server.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.repository import MemoryBudget, Repository
 from server.settings import ModelControlMode, ServerSettings
@@ -38,8 +39,9 @@ def convoy_version() -> str:
 class App:
     """One server process: load models, serve gRPC, health, reflection and metrics; stop cleanly."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, logs: LogControl | None = None) -> None:
         self.settings = settings
+        self._logs = logs
         budget = (
             None
             if settings.memory_budget_bytes is None
@@ -141,6 +143,8 @@ class App:
             convoy_version(),
             self.settings.model_control_mode is ModelControlMode.EXPLICIT,
             self.settings.restricted,
+            self.settings.trace,
+            self._logs,
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server

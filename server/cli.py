@@ -16,6 +16,7 @@ import uvloop
 from server.app import App, convoy_version
 from server.errors import ServerError
 from server.grpc import RESTRICTABLE_GROUPS
+from server.logs import LogControl
 from server.repository import auto_limit_bytes
 from server.settings import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -218,9 +219,9 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
     )
 
 
-async def serve(settings: ServerSettings) -> None:
+async def serve(settings: ServerSettings, logs: LogControl | None = None) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully."""
-    app = App(settings)
+    app = App(settings, logs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -238,13 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerError as exc:
         print(f"convoy: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
-        stream=sys.stderr,
-    )
+    logs = LogControl(settings.log_verbose)
     try:
-        uvloop.run(serve(settings))
+        uvloop.run(serve(settings, logs))
     except (OSError, ValueError, ServerError) as exc:
         _log.error("cannot serve: %s", exc)
         return 1

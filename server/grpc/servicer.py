@@ -30,9 +30,10 @@ from server.grpc.codec import (
 )
 from server.grpc.messages import index_entries, model_metadata, model_statistics
 from server.grpc.status import status_for
+from server.logs import LogControl
 from server.repository import ModelVersion
 from server.settings import RestrictedProtocol
-from server.tracing import TRACE_HEADERS
+from server.tracing import TRACE_HEADERS, TraceSettings
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ EXTENSIONS = (
     "model_configuration",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 
 # Triton's answer to load / unload outside explicit model control mode.
@@ -112,6 +115,14 @@ def _refuse(rpc: str, error: type[ServerError], message: str) -> _Handler[Any, A
     return _edge(handler)
 
 
+def _log_value(value: bool | int | str) -> pb.LogSettingsResponse.SettingValue:
+    if isinstance(value, bool):
+        return pb.LogSettingsResponse.SettingValue(bool_param=value)
+    if isinstance(value, int):
+        return pb.LogSettingsResponse.SettingValue(uint32_param=value)
+    return pb.LogSettingsResponse.SettingValue(string_param=value)
+
+
 def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {
         key: value
@@ -129,12 +140,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         version: str,
         model_control: bool = False,
         restricted: Sequence[RestrictedProtocol] = (),
+        trace: TraceSettings | None = None,
+        logs: LogControl | None = None,
     ) -> None:
         self._engine = engine
         self._repository = engine.repository
         self._version = version
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._restricted = tuple(restricted)
+        self._trace = trace or TraceSettings()
+        self._logs = logs
 
     def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
         rules = [rule for rule in self._restricted if group in rule.groups]
@@ -279,5 +294,46 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     CudaSharedMemoryUnregister = _refuse(
         "CudaSharedMemoryUnregister", UnsupportedError, _NO_CUDA_SHM
     )
-    TraceSetting = _refuse("TraceSetting", UnsupportedError, "tracing is not supported yet")
-    LogSettings = _refuse("LogSettings", UnsupportedError, "log settings are not supported yet")
+
+    @_edge
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Any
+    ) -> pb.TraceSettingResponse:
+        # As Triton in OpenTelemetry mode: the settings are fixed at start, and only read here.
+        if request.settings:
+            raise UnsupportedError(
+                "trace settings cannot be changed in OpenTelemetry mode; set them with "
+                "--trace-config at start"
+            )
+        if request.model_name:
+            self._repository.entry(request.model_name)  # NOT_FOUND for an unknown model
+        values = {
+            "trace_mode": ["opentelemetry"],
+            "trace_level": [self._trace.level],
+            "trace_rate": [str(self._trace.rate)],
+            "trace_count": [str(self._trace.count)],
+        }
+        return pb.TraceSettingResponse(
+            settings={
+                key: pb.TraceSettingResponse.SettingValue(value=value)
+                for key, value in values.items()
+            }
+        )
+
+    @_edge
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: Any
+    ) -> pb.LogSettingsResponse:
+        if self._logs is None:
+            raise UnsupportedError("log settings are not available in this process")
+        if request.settings:
+            changes: dict[str, bool | int | str] = {}
+            for key, value in request.settings.items():
+                choice = value.WhichOneof("parameter_choice")
+                if choice is None:
+                    raise InvalidInputError(f"log setting '{key}' has no value")
+                changes[key] = getattr(value, choice)
+            self._logs.update(changes)
+        return pb.LogSettingsResponse(
+            settings={key: _log_value(value) for key, value in self._logs.settings().items()}
+        )

@@ -1,0 +1,56 @@
+"""TraceSetting and LogSettings as Triton answers them in OpenTelemetry mode."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+from e2e_support import StartServer, simple_inputs
+from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+
+
+@pytest.fixture
+def client(start_server: StartServer, tmp_path: Path) -> Iterator[grpcclient.InferenceServerClient]:
+    repo = tmp_path / "repo"
+    models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
+    server = start_server(repo, "--trace-config", "rate=7", "--trace-config", "count=3")
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as opened:
+        yield opened
+
+
+def test_trace_settings_are_read_only_in_opentelemetry_mode(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    settings = client.get_trace_settings(as_json=True)["settings"]
+    assert settings["trace_mode"]["value"] == ["opentelemetry"]
+    assert settings["trace_rate"]["value"] == ["7"]
+    assert settings["trace_count"]["value"] == ["3"]
+    assert settings["trace_level"]["value"] == ["OFF"]
+    with pytest.raises(InferenceServerException) as refused:
+        client.update_trace_settings(settings={"trace_rate": "1"})
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    with pytest.raises(InferenceServerException) as unknown:
+        client.get_trace_settings(model_name="nope")
+    assert unknown.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_log_settings_can_be_read_and_changed(client: grpcclient.InferenceServerClient) -> None:
+    settings = client.get_log_settings(as_json=True)["settings"]
+    assert settings["log_info"]["bool_param"] is True
+    assert settings["log_verbose_level"].get("uint32_param", 0) == 0
+    assert settings["log_format"]["string_param"] == "default"
+    client.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601"})
+    changed = client.get_log_settings(as_json=True)["settings"]
+    assert changed["log_verbose_level"]["uint32_param"] == 1
+    assert changed["log_format"]["string_param"] == "ISO8601"
+    with pytest.raises(InferenceServerException) as bad:
+        client.update_log_settings({"log_format": "xml"})
+    assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
+    inputs, _, _ = simple_inputs(1)
+    client.infer("simple", inputs)  # still serving

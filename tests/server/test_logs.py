@@ -1,0 +1,46 @@
+"""LogControl: Triton's log settings applied to Python's logging."""
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from server.errors import InvalidInputError, UnsupportedError
+from server.logs import LogControl
+
+
+@pytest.fixture
+def control() -> Iterator[LogControl]:
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    made = LogControl(verbose_level=0)
+    yield made
+    root.handlers[:] = saved[1]
+    root.setLevel(saved[0])
+
+
+def test_levels_follow_the_settings(control: LogControl) -> None:
+    assert logging.getLogger().level == logging.INFO
+    control.update({"log_verbose_level": 2})
+    assert logging.getLogger().level == logging.DEBUG
+    control.update({"log_verbose_level": 0, "log_info": False})
+    assert logging.getLogger().level == logging.WARNING
+    assert control.settings()["log_info"] is False
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"log_colour": "red"}, InvalidInputError),
+        ({"log_info": 1}, InvalidInputError),
+        ({"log_format": "xml"}, InvalidInputError),
+        ({"log_file": "server.log"}, UnsupportedError),
+    ],
+)
+def test_bad_changes_change_nothing(
+    control: LogControl, changes: dict[str, object], error: type[Exception]
+) -> None:
+    before = control.settings()
+    with pytest.raises(error):
+        control.update(changes)  # type: ignore[arg-type]
+    assert control.settings() == before
