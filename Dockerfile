@@ -1,4 +1,4 @@
-# Convoy on CPU with the example model repository baked in at /models.
+# Convoy on CPU with the example model repository baked in at /models (Dockerfile.gpu: CUDA).
 # The builder makes the wheel and writes the example models (onnx is needed only for that);
 # the final stage holds the runtime install and /models, nothing else.
 
@@ -10,7 +10,9 @@ COPY proto/ proto/
 COPY server/ server/
 COPY batching/ batching/
 COPY backends/ backends/
-COPY scripts/ scripts/
+# Only what writes the example models: editing scripts/deploy/ (the dashboard, Prometheus) must
+# not rebuild the image.
+COPY scripts/__init__.py scripts/models.py scripts/gen_models.py scripts/
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && pip install "onnx>=1.16" "numpy>=1.26" \
     && python scripts/gen_models.py /models
