@@ -75,6 +75,7 @@ class App:
                 counter_latencies=self.settings.counter_latencies,
                 histograms=self.settings.histogram_metrics,
                 cpu=self.settings.allow_cpu_metrics,
+                gpu=self.settings.allow_gpu_metrics,
             )
             self._metrics_server = MetricsServer(
                 StatsCollector(self.repository, options),

@@ -159,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="export nv_cpu_utilization and nv_cpu_memory_*_bytes (default true)",
     )
     serve.add_argument(
+        "--allow-gpu-metrics",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="export nv_gpu_* through NVML where a GPU and nvidia-ml-py are present",
+    )
+    serve.add_argument(
         "--metrics-config",
         action="append",
         default=[],
@@ -210,6 +217,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         load_models=tuple(args.load_model),
         restricted=tuple(args.grpc_restricted_protocol),
         allow_cpu_metrics=args.allow_cpu_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
         counter_latencies=dict(args.metrics_config).get("counter_latencies", True),
         histogram_metrics=dict(args.metrics_config).get("histogram_latencies", True),
         trace=TraceSettings.parse(args.trace_config, os.environ),

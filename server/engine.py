@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from server.errors import ModelLoadFailedError, ModelNotReadyError, ServerStoppi
 from server.inference import InferInput, InferOptions, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
 from server.tracing import RequestTracer, TracedRequest
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,44 +98,67 @@ class Engine:
         """Serve one request; `carrier` holds its trace headers when tracing is on."""
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
-        if self._tracer is None or not self._tracer.wants(carrier):
+        traced = self._tracer is not None and self._tracer.wants(carrier)
+        if not traced and not _log.isEnabledFor(logging.DEBUG):
             target, result = await self._run(model, version, inputs, outputs, options)
             return _response(target, result.outputs, outputs)
         wall_offset_ns = time.time_ns() - time.monotonic_ns()
         arrived_ns = time.monotonic_ns()
         try:
             target, result = await self._run(model, version, inputs, outputs, options)
-        except BaseException as exc:  # traced, then raised as it is
+        except BaseException as exc:  # logged and traced, then raised as it is
+            done_ns = time.monotonic_ns()
+            _log.debug(
+                "request model=%s version=%s id=%s status=%s duration_us=%d error=%r",
+                model,
+                version or "-",
+                request_id,
+                type(exc).__name__,
+                (done_ns - arrived_ns) // 1000,
+                str(exc),
+            )
+            if traced and self._tracer is not None:
+                self._tracer.record(
+                    TracedRequest(
+                        model,
+                        0,
+                        request_id,
+                        arrived_ns + wall_offset_ns,
+                        done_ns + wall_offset_ns,
+                        error=str(exc),
+                    ),
+                    carrier,
+                )
+            raise
+        done_ns = time.monotonic_ns()
+        compute_ns = result.compute_input_ns + result.compute_infer_ns + result.compute_output_ns
+        _log.debug(
+            "request model=%s version=%d id=%s status=OK duration_us=%d queue_us=%d "
+            "compute_us=%d batch_size=%d instance=%s",
+            model,
+            target.version,
+            request_id,
+            (done_ns - arrived_ns) // 1000,
+            result.queue_ns // 1000,
+            compute_ns // 1000,
+            result.batch_size,
+            result.instance,
+        )
+        if traced and self._tracer is not None:
             self._tracer.record(
                 TracedRequest(
                     model,
-                    0,
+                    target.version,
                     request_id,
                     arrived_ns + wall_offset_ns,
-                    time.time_ns(),
-                    error=str(exc),
+                    done_ns + wall_offset_ns,
+                    done_ns - compute_ns + wall_offset_ns,
+                    done_ns + wall_offset_ns,
+                    result.batch_size,
+                    result.instance,
                 ),
                 carrier,
             )
-            raise
-        done_ns = time.monotonic_ns()
-        compute_start_ns = (
-            done_ns - result.compute_output_ns - result.compute_infer_ns - result.compute_input_ns
-        )
-        self._tracer.record(
-            TracedRequest(
-                model,
-                target.version,
-                request_id,
-                arrived_ns + wall_offset_ns,
-                done_ns + wall_offset_ns,
-                compute_start_ns + wall_offset_ns,
-                done_ns + wall_offset_ns,
-                result.batch_size,
-                result.instance,
-            ),
-            carrier,
-        )
         return _response(target, result.outputs, outputs)
 
     async def _run(

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -96,6 +97,7 @@ class MetricsOptions:
     counter_latencies: bool = True  # Triton's cumulative *_duration_us counters
     histograms: bool = True  # Convoy's batch-size and request-latency histograms
     cpu: bool = True  # nv_cpu_utilization and nv_cpu_memory_*_bytes
+    gpu: bool = True  # nv_gpu_* through NVML, where a driver and nvidia-ml-py are present
 
 
 class StatsCollector(Collector):
@@ -105,6 +107,7 @@ class StatsCollector(Collector):
         self._repository = repository
         self._options = options or MetricsOptions()
         self._cpu = CpuSampler()
+        self._gpu = GpuSampler() if self._options.gpu else None
 
     def collect(self) -> Iterator[Metric]:
         # Runs on the metrics thread: take a snapshot of the versions before walking them.
@@ -125,6 +128,8 @@ class StatsCollector(Collector):
             )
         if self._options.cpu:
             yield from self._cpu.families()
+        if self._gpu is not None:
+            yield from self._gpu.families()
 
     def _model_families(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         for name, kind, documentation, value in _FAMILIES:
@@ -203,6 +208,44 @@ class CpuSampler:
         if previous is None or total == previous[1]:
             return 0.0
         return (total - idle - previous[0]) / (total - previous[1])
+
+
+class GpuSampler:
+    """Per-GPU utilization and memory through NVML, labelled by `gpu_uuid` as Triton's.
+
+    NVML (the `nvidia-ml-py` package of the `gpu` extra) is imported lazily; without it, or
+    without a driver, there are simply no GPU metrics.
+    """
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        try:
+            import pynvml
+        except ImportError:  # a CPU install: no GPU metrics
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError:  # no driver or no device
+            return
+        self._nvml = pynvml
+
+    def families(self) -> Iterator[Metric]:
+        if self._nvml is None:
+            return
+        nvml = self._nvml
+        utilization = Metric("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0]", "gauge")
+        total = Metric("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge")
+        used = Metric("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge")
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            labels = {"gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid)}
+            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            utilization.add_sample(utilization.name, labels, rates.gpu / 100)
+            total.add_sample(total.name, labels, memory.total)
+            used.add_sample(used.name, labels, memory.used)
+        yield from (utilization, total, used)
 
 
 def _meminfo() -> tuple[int, int] | None:

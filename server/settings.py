@@ -48,6 +48,7 @@ class ServerSettings:
     load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*": every model)
     restricted: tuple[RestrictedProtocol, ...] = field(default=())
     allow_cpu_metrics: bool = True  # nv_cpu_utilization, nv_cpu_memory_*_bytes
+    allow_gpu_metrics: bool = True  # nv_gpu_* through NVML, where present
     counter_latencies: bool = True  # Triton's *_duration_us counters (--metrics-config)
     histogram_metrics: bool = True  # Convoy's batch-size and latency histograms (--metrics-config)
     trace: TraceSettings = field(default_factory=TraceSettings)

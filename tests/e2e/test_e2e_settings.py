@@ -54,3 +54,25 @@ def test_log_settings_can_be_read_and_changed(client: grpcclient.InferenceServer
     assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
     inputs, _, _ = simple_inputs(1)
     client.infer("simple", inputs)  # still serving
+
+
+def test_request_events_are_logged_one_line_each_at_verbose_level(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
+    server = start_server(repo)
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+        inputs, _, _ = simple_inputs(1)
+        client.infer("simple", inputs, request_id="quiet")
+        client.update_log_settings({"log_verbose_level": 1})
+        client.infer("simple", inputs, request_id="loud")
+        with pytest.raises(InferenceServerException):
+            client.infer("simple", inputs, model_version="9", request_id="lost")
+    log = server.log()
+    assert "id=quiet" not in log  # info level: no per-request lines
+    (ok,) = [line for line in log.splitlines() if "id=loud" in line]
+    assert "request model=simple version=1 id=loud status=OK" in ok
+    assert "batch_size=1 instance=simple_1_0" in ok
+    (failed,) = [line for line in log.splitlines() if "id=lost" in line]
+    assert "status=ModelNotFoundError" in failed
