@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -113,6 +114,16 @@ def _refuse(rpc: str, error: type[ServerError], message: str) -> _Handler[Any, A
 
     handler.__name__ = rpc
     return _edge(handler)
+
+
+def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    # In-band, as Triton: the stream goes on; the id tells the client which request failed.
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        ),
+    )
 
 
 def _log_value(value: bool | int | str) -> pb.LogSettingsResponse.SettingValue:
@@ -241,6 +252,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
+        return await self._infer(request, context)
+
+    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         response = await self._engine.infer(
             request.model_name,
             request.model_version,
@@ -255,13 +269,44 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Many requests in flight per stream; each answer (or error, in-band) as it is ready."""
         if self._restricted:
             try:
                 self._check_restricted("inference", context)
             except RestrictedError as exc:
                 await context.abort(status_for(exc), str(exc))
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ModelStreamInfer is not supported yet")
-        yield pb.ModelStreamInferResponse()  # pragma: no cover - abort raises
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(request: pb.ModelInferRequest) -> None:
+            try:
+                message = pb.ModelStreamInferResponse(
+                    infer_response=await self._infer(request, context)
+                )
+            except (ServerError, BackendError, BatchingError) as exc:
+                message = _stream_error(request, str(exc))
+            except Exception as exc:  # one request's fault never ends the stream
+                _log.exception("stream request '%s' failed unexpectedly", request.id)
+                message = _stream_error(request, f"internal error: {exc}")
+            answers.put_nowait(message)
+
+        async def read() -> None:
+            async for request in request_iterator:
+                task = asyncio.create_task(answer(request))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            await asyncio.gather(*running)
+            answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (message := await answers.get()) is not None:
+                yield message
+            await reader  # surfaces a failure of the request stream itself
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
 
     @_edge
     async def RepositoryModelLoad(
