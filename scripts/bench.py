@@ -17,8 +17,8 @@ Reproduce from a clean clone (Linux x86_64; perf_analyzer is downloaded on first
     .venv/bin/python scripts/bench.py --baseline fastapi --out results.json
 
 Options: --models mlp,resnet18  --concurrency 1,8,32  --window-ms 2000 (perf_analyzer's
-measurement interval). A failed measurement (e.g. perf_analyzer finds no stable window) is shown
-as `-` and the run goes on.
+measurement interval)  --streaming (the `on` variant again over gRPC streaming). A failed
+measurement (e.g. perf_analyzer finds no stable window) is shown as `-` and the run goes on.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ HTTP_WARMUP_S = 1.0
 HTTP_WINDOW_S = 5.0
 CONVOY_LINE = re.compile(r"serving gRPC on [\d.]+:(\d+)")
 FASTAPI_LINE = re.compile(r"serving HTTP on [\d.]+:(\d+)")
-ORDER = ("off", "on", "adaptive", "fastapi")  # batchings in table order
+ORDER = ("off", "on", "adaptive", "stream", "fastapi")  # batchings in table order
 ADAPTIVE = 'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }\n'
 
 
@@ -282,11 +282,17 @@ def _wait_for_port(
 
 
 def run_perf_analyzer(
-    url: str, model: str, concurrency: int, window_ms: int, csv_path: Path
+    url: str,
+    model: str,
+    concurrency: int,
+    window_ms: int,
+    csv_path: Path,
+    streaming: bool = False,
 ) -> Measurement | None:
     command = [
         str(PERF_ANALYZER),
         *("-m", model, "-u", url, "-i", "grpc", "-f", str(csv_path)),
+        *(["--streaming"] if streaming else []),
         f"--concurrency-range={concurrency}",
         f"--measurement-interval={window_ms}",
         # Stabilize on the median: a shared 2-core box moves p99 too much for 3 windows in a row
@@ -326,17 +332,24 @@ def measure_convoy(
     concurrencies: Sequence[int],
     window_ms: int,
     scratch: Path,
+    streaming: bool = False,
 ) -> list[Row]:
+    """Every variant over unary gRPC; with `streaming`, `on` once more over ModelStreamInfer
+    (the row `stream`)."""
     url = f"127.0.0.1:{port}"
     client = grpcclient.InferenceServerClient(url)
     rows: list[Row] = []
     for spec in specs:
-        for batching in spec.batchings:
-            model = f"{spec.name}_{batching}"
+        runs = [(b, f"{spec.name}_{b}", False) for b in spec.batchings]
+        if streaming:
+            runs.append(("stream", f"{spec.name}_on", True))
+        for batching, model, stream in runs:
             for concurrency in concurrencies:
                 inferences_0, executions_0 = batch_counts(client, model)
-                csv_path = scratch / f"{model}_{concurrency}.csv"
-                measured = run_perf_analyzer(url, model, concurrency, window_ms, csv_path)
+                csv_path = scratch / f"{batching}_{model}_{concurrency}.csv"
+                measured = run_perf_analyzer(
+                    url, model, concurrency, window_ms, csv_path, streaming=stream
+                )
                 inferences_1, executions_1 = batch_counts(client, model)
                 executions = executions_1 - executions_0
                 avg_batch = (inferences_1 - inferences_0) / executions if executions else None
@@ -404,6 +417,10 @@ def ratios(
         out[f"{model} on/off @{high}"] = ratio(rate(model, "on", high), rate(model, "off", high))
         served = [r for c in concurrencies if (r := rate(model, "on", c)) is not None]
         out[f"{model} served/limit"] = ratio(max(served, default=None), limit.best_infer_per_s)
+        if any(r.batching == "stream" for r in rows):
+            out[f"{model} stream/unary @{high}"] = ratio(
+                rate(model, "stream", high), rate(model, "on", high)
+            )
         if any(r.batching == "fastapi" for r in rows):
             fastapi = rate(model, "fastapi", high)
             out[f"{model} on/fastapi @{high}"] = ratio(rate(model, "on", high), fastapi)
@@ -463,6 +480,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=_int_list, default=[1, 8, 32])
     parser.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer's window")
     parser.add_argument("--baseline", choices=["fastapi"], help="also measure this control group")
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="also measure the batching variant over ModelStreamInfer (perf_analyzer --streaming)",
+    )
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
     args = parser.parse_args(argv)
     unknown = set(args.models) - set(SPECS)
@@ -485,7 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
         command += ["--grpc-port", "0", "--metrics-port", "0"]
         with server_process(command, scratch / "convoy.log", CONVOY_LINE) as port:
-            rows = measure_convoy(port, specs, args.concurrency, args.window_ms, scratch)
+            rows = measure_convoy(
+                port, specs, args.concurrency, args.window_ms, scratch, args.streaming
+            )
         if args.baseline == "fastapi":
             rows += measure_fastapi(repo, specs, args.concurrency, scratch)
     rows.sort(key=lambda r: (args.models.index(r.model), r.concurrency, ORDER.index(r.batching)))
