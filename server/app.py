@@ -22,6 +22,7 @@ from server.logs import LogControl
 from server.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.repository import MemoryBudget, Repository
 from server.settings import ModelControlMode, ServerSettings
+from server.shm import SharedMemoryRegistry
 from server.tracing import RequestTracer
 
 _log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class App:
         self.engine = Engine(
             self.repository, settings.strict_readiness, settings.lazy_load_timeout_s, self.tracer
         )
+        self.shared_memory = SharedMemoryRegistry()
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
 
@@ -108,6 +110,7 @@ class App:
             _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
         await self._server.stop(grace=1.0)
         await self.repository.unload_all(timeout_s=1.0)
+        self.shared_memory.unregister()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.tracer is not None:
@@ -146,6 +149,7 @@ class App:
             self.settings.restricted,
             self.settings.trace,
             self._logs,
+            self.shared_memory,
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server

@@ -39,3 +39,11 @@ class ModelLoadFailedError(ServerError):
 
 class RestrictedError(ServerError):
     """The RPC's protocol group needs a header the request does not carry."""
+
+
+class AlreadyExistsError(ServerError):
+    """Something with that name is registered already (e.g. a shared memory region)."""
+
+
+class RegionNotFoundError(ServerError):
+    """No shared memory region is registered under that name."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from server.datatypes import BY_WIRE, DataType, decode_raw, element_count, encod
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions
+from server.shm import SharedMemoryRegistry
 
 _NO_OPTIONS = InferOptions()
 
@@ -35,15 +36,23 @@ _CONTENTS_FIELD = {
 }
 
 
-def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
-    """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT."""
+def decode_inputs(
+    request: pb.ModelInferRequest, shm: SharedMemoryRegistry | None = None
+) -> list[InferInput]:
+    """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT.
+
+    An input whose parameters name a shared memory region is read from it and carries no data;
+    raw_input_contents then holds one entry per other input, in order.
+    """
     raw = request.raw_input_contents
     tensors = request.inputs
+    regions = [shm_location(t.parameters, t.name) for t in tensors] if shm else []
+    in_band = len(tensors) - sum(1 for r in regions if r is not None)
     if raw:
-        if len(raw) != len(tensors):
+        if len(raw) != in_band:
             raise InvalidInputError(
-                f"expected {len(tensors)} raw input contents, one per input, but got "
-                f"{len(raw)} for model '{request.model_name}'"
+                f"expected {in_band} raw input contents, one per input not in shared memory, "
+                f"but got {len(raw)} for model '{request.model_name}'"
             )
         for tensor in tensors:
             if tensor.HasField("contents"):
@@ -52,14 +61,19 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
                     f"'{tensor.name}' for model '{request.model_name}'"
                 )
     decoded = []
+    raw_index = 0
     for index, tensor in enumerate(tensors):
         name = tensor.name
         datatype = _datatype(tensor.datatype, name)
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
-        if raw:
-            array = decode_raw(name, datatype, shape, raw[index])
+        region = regions[index] if regions else None
+        if region is not None and shm is not None:
+            array = decode_raw(name, datatype, shape, shm.read(*region))
+        elif raw:
+            array = decode_raw(name, datatype, shape, raw[raw_index])
+            raw_index += 1
         elif tensor.HasField("contents"):
             array = _decode_typed(tensor, datatype, shape)
         else:
@@ -69,6 +83,52 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
             )
         decoded.append(InferInput(name, datatype.wire, shape, array))
     return decoded
+
+
+def shm_location(
+    parameters: Mapping[str, pb.InferParameter], tensor: str
+) -> tuple[str, int, int] | None:
+    """(region, offset, byte_size) when a tensor's parameters place it in shared memory."""
+    if "shared_memory_region" not in parameters:
+        return None
+    region = parameters["shared_memory_region"].string_param
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidInputError(
+            f"tensor '{tensor}' names shared memory region '{region}' without "
+            "shared_memory_byte_size"
+        )
+    return (
+        region,
+        _int_of(parameters, "shared_memory_offset"),
+        _int_of(parameters, "shared_memory_byte_size"),
+    )
+
+
+def _int_of(parameters: Mapping[str, pb.InferParameter], key: str) -> int:
+    if key not in parameters:
+        return 0
+    parameter = parameters[key]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice not in ("int64_param", "uint64_param"):
+        raise InvalidInputError(f"parameter '{key}' must be an integer")
+    value = int(getattr(parameter, choice))
+    if value < 0:
+        raise InvalidInputError(f"parameter '{key}' must be >= 0, got {value}")
+    return value
+
+
+def output_locations(
+    request: pb.ModelInferRequest, shm: SharedMemoryRegistry | None
+) -> dict[str, tuple[str, int, int]]:
+    """Requested outputs to be written to shared memory, by name."""
+    if shm is None or not request.outputs:
+        return {}
+    found = {}
+    for output in request.outputs:
+        location = shm_location(output.parameters, output.name)
+        if location is not None:
+            found[output.name] = location
+    return found
 
 
 def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
@@ -114,8 +174,14 @@ def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
     return value
 
 
-def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferResponse:
-    """Outputs in raw_output_contents, as Triton's gRPC front end always answers."""
+def encode_response(
+    response: InferResponse,
+    request_id: str,
+    locations: Mapping[str, tuple[str, int, int]] | None = None,
+    shm: SharedMemoryRegistry | None = None,
+) -> pb.ModelInferResponse:
+    """Outputs in raw_output_contents, as Triton's gRPC front end always answers; an output
+    placed in shared memory is written there and keeps an empty entry (indexes stay aligned)."""
     message = pb.ModelInferResponse(
         model_name=response.model, model_version=str(response.version), id=request_id
     )
@@ -124,7 +190,12 @@ def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferRe
         tensor.name = output.spec.name
         tensor.datatype = output.spec.datatype.wire
         tensor.shape.extend(output.array.shape)
-        message.raw_output_contents.append(encode_raw(output.spec.datatype, output.array))
+        data = encode_raw(output.spec.datatype, output.array)
+        location = locations.get(output.spec.name) if locations else None
+        if location is not None and shm is not None:
+            shm.write(*location, data)
+            data = b""
+        message.raw_output_contents.append(data)
     return message
 
 

@@ -27,6 +27,7 @@ from server.grpc.codec import (
     encode_response,
     infer_options,
     load_parameters,
+    output_locations,
     requested_outputs,
 )
 from server.grpc.messages import index_entries, model_metadata, model_statistics
@@ -34,6 +35,7 @@ from server.grpc.status import status_for
 from server.logs import LogControl
 from server.repository import ModelVersion
 from server.settings import RestrictedProtocol
+from server.shm import SharedMemoryRegistry
 from server.tracing import TRACE_HEADERS, TraceSettings
 
 _log = logging.getLogger(__name__)
@@ -45,13 +47,14 @@ EXTENSIONS = (
     "model_configuration",
     "parameters",
     "statistics",
+    "system_shared_memory",
     "trace",
     "logging",
 )
 
 # Triton's answer to load / unload outside explicit model control mode.
 _NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
-_NO_SYSTEM_SHM = "system shared memory is not supported yet"
+_NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 _NO_CUDA_SHM = "CUDA shared memory is not supported yet"
 
 _Req = TypeVar("_Req")
@@ -153,6 +156,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         restricted: Sequence[RestrictedProtocol] = (),
         trace: TraceSettings | None = None,
         logs: LogControl | None = None,
+        shm: SharedMemoryRegistry | None = None,
     ) -> None:
         self._engine = engine
         self._repository = engine.repository
@@ -161,6 +165,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._restricted = tuple(restricted)
         self._trace = trace or TraceSettings()
         self._logs = logs
+        self._shm = shm
+
+    def _registry(self) -> SharedMemoryRegistry:
+        if self._shm is None:
+            raise UnsupportedError(_NO_SYSTEM_SHM)
+        return self._shm
 
     def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
         rules = [rule for rule in self._restricted if group in rule.groups]
@@ -255,16 +265,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request, context)
 
     async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        locations = output_locations(request, self._shm)
         response = await self._engine.infer(
             request.model_name,
             request.model_version,
-            decode_inputs(request),
+            decode_inputs(request, self._shm),
             requested_outputs(request),
             infer_options(request),
             request.id,
             _trace_headers(context) if self._engine.tracing else None,
         )
-        return encode_response(response, request.id)
+        return encode_response(response, request.id, locations, self._shm)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -327,13 +338,37 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self._repository.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
-    SystemSharedMemoryStatus = _refuse("SystemSharedMemoryStatus", UnsupportedError, _NO_SYSTEM_SHM)
-    SystemSharedMemoryRegister = _refuse(
-        "SystemSharedMemoryRegister", UnsupportedError, _NO_SYSTEM_SHM
-    )
-    SystemSharedMemoryUnregister = _refuse(
-        "SystemSharedMemoryUnregister", UnsupportedError, _NO_SYSTEM_SHM
-    )
+    @_edge
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        status = pb.SystemSharedMemoryStatusResponse
+        return status(
+            regions={
+                region.name: status.RegionStatus(
+                    name=region.name,
+                    key=region.key,
+                    offset=region.offset,
+                    byte_size=region.byte_size,
+                )
+                for region in self._registry().status(request.name)
+            }
+        )
+
+    @_edge
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._registry().register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_edge
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._registry().unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
     CudaSharedMemoryStatus = _refuse("CudaSharedMemoryStatus", UnsupportedError, _NO_CUDA_SHM)
     CudaSharedMemoryRegister = _refuse("CudaSharedMemoryRegister", UnsupportedError, _NO_CUDA_SHM)
     CudaSharedMemoryUnregister = _refuse(

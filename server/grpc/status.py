@@ -13,12 +13,14 @@ from batching import (
     RequestTimeoutError,
 )
 from server.errors import (
+    AlreadyExistsError,
     ConfigError,
     InvalidInputError,
     ModelControlDisabledError,
     ModelLoadFailedError,
     ModelNotFoundError,
     ModelNotReadyError,
+    RegionNotFoundError,
     RestrictedError,
     ServerError,
     ServerStoppingError,
@@ -36,6 +38,8 @@ STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
     ModelControlDisabledError: grpc.StatusCode.UNAVAILABLE,
     ModelLoadFailedError: grpc.StatusCode.INVALID_ARGUMENT,
     RestrictedError: grpc.StatusCode.UNAVAILABLE,
+    AlreadyExistsError: grpc.StatusCode.ALREADY_EXISTS,
+    RegionNotFoundError: grpc.StatusCode.NOT_FOUND,
     ModelLoadError: grpc.StatusCode.INTERNAL,
     ExecutionError: grpc.StatusCode.INTERNAL,
     InvalidTensorError: grpc.StatusCode.INVALID_ARGUMENT,
