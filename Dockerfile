@@ -25,5 +25,5 @@ RUN pip install /tmp/wheels/*.whl \
     && useradd --system --no-create-home --shell /usr/sbin/nologin convoy
 COPY --from=builder /models /models
 USER convoy
-EXPOSE 8001 8002
+EXPOSE 8000 8001 8002
 CMD ["convoy", "serve", "--model-repository", "/models", "--host", "0.0.0.0"]

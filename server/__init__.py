@@ -1,4 +1,5 @@
-"""Convoy's server: the composition root and the gRPC edge; the only package importing grpc."""
+"""Convoy's server: the composition root and the gRPC and HTTP edges; the only package importing
+grpc or aiohttp."""
 
 from server.app import App
 from server.cli import main

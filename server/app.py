@@ -18,6 +18,7 @@ from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.engine import Engine
 from server.errors import ServerError
 from server.grpc import InferenceServicer
+from server.http import HttpFrontEnd
 from server.logs import LogControl
 from server.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.repository import MemoryBudget, Repository
@@ -38,7 +39,8 @@ def convoy_version() -> str:
 
 
 class App:
-    """One server process: load models, serve gRPC, health, reflection and metrics; stop cleanly."""
+    """One server process: load models, serve gRPC, HTTP, health, reflection and metrics; stop
+    cleanly."""
 
     def __init__(self, settings: ServerSettings, logs: LogControl | None = None) -> None:
         self.settings = settings
@@ -58,6 +60,8 @@ class App:
         self.shared_memory = SharedMemoryRegistry()
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
+        self.http_port = settings.http_port
+        self._http: HttpFrontEnd | None = None
 
     async def start(self) -> None:
         await self.engine.start()
@@ -71,6 +75,14 @@ class App:
         if self.grpc_port == 0:
             raise OSError(f"cannot bind gRPC to {self.settings.host}:{self.settings.grpc_port}")
         await self._server.start()
+        if self.settings.allow_http:
+            self._http = HttpFrontEnd(
+                self.engine,
+                convoy_version(),
+                self.settings.model_control_mode is ModelControlMode.EXPLICIT,
+                self.settings.max_message_bytes,
+            )
+            self.http_port = await self._http.start(self.settings.host, self.settings.http_port)
         self._metrics_server: MetricsServer | None = None
         if self.settings.allow_metrics:
             options = MetricsOptions(
@@ -91,10 +103,11 @@ class App:
         if self.settings.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll(), name="repository-poll")
         _log.info(
-            "serving gRPC on %s:%d%s",
+            "serving gRPC on %s:%d%s%s",
             self.settings.host,
             self.grpc_port,
             f", metrics on :{self.metrics_port}/metrics" if self._metrics_server else "",
+            f", HTTP on :{self.http_port}" if self._http else "",
         )
 
     async def stop(self) -> None:
@@ -108,6 +121,8 @@ class App:
         await self._set_health()
         if not await self.engine.wait_idle(timeout_s):
             _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
+        if self._http is not None:
+            await self._http.stop()
         await self._server.stop(grace=1.0)
         await self.repository.unload_all(timeout_s=1.0)
         self.shared_memory.unregister()

@@ -149,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
+    serve.add_argument("--http-port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument(
+        "--allow-http",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="serve Triton's HTTP/REST v2 protocol beside gRPC (default true)",
+    )
     serve.add_argument("--metrics-port", type=int, default=8002, help="0 picks a free port")
     serve.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     serve.add_argument(
@@ -205,6 +213,8 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         model_repositories=tuple(args.model_repository),
         host=args.host,
         grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        allow_http=args.allow_http,
         metrics_port=args.metrics_port,
         allow_metrics=args.allow_metrics,
         strict_readiness=args.strict_readiness,

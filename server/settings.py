@@ -36,11 +36,13 @@ class ServerSettings:
     model_repositories: tuple[Path, ...]
     host: str = "127.0.0.1"
     grpc_port: int = 8001
+    http_port: int = 8000
+    allow_http: bool = True  # serve Triton's HTTP/REST v2 beside gRPC
     metrics_port: int = 8002
     allow_metrics: bool = True
     strict_readiness: bool = True  # ready only when every model is ready, as Triton
     exit_timeout_s: float = 30.0  # bound on waiting for in-flight requests at shutdown
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # gRPC receive and send limit
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # gRPC message and HTTP body limit
     model_load_threads: int = 4  # models loaded in parallel at start
     log_verbose: int = 0
     model_control_mode: ModelControlMode = ModelControlMode.NONE

@@ -4,7 +4,15 @@ import importlib
 
 import pytest
 
-PACKAGES = ["proto", "backends", "batching", "server", "server.grpc", "server.repository"]
+PACKAGES = [
+    "proto",
+    "backends",
+    "batching",
+    "server",
+    "server.grpc",
+    "server.http",
+    "server.repository",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

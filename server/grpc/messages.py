@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from proto import grpc_service_pb2 as pb
+from server.errors import InvalidInputError
 from server.inference import ModelIO, TensorSpec
-from server.repository import ModelState, ModelVersion, VersionStatus
+from server.repository import ModelState, ModelVersion, Repository, VersionStatus
 from server.stats import Duration, ModelStats
 
 
@@ -26,6 +27,20 @@ def _tensor(spec: TensorSpec, io: ModelIO) -> pb.ModelMetadataResponse.TensorMet
     return pb.ModelMetadataResponse.TensorMetadata(
         name=spec.name, datatype=spec.datatype.wire, shape=shape
     )
+
+
+def statistics_targets(repository: Repository, name: str, version: str) -> list[ModelVersion]:
+    """The versions a statistics request covers: one version, a model's ready versions, or
+    (no name) every ready version of every model."""
+    if not name:
+        return [entry.ready[v] for entry in repository.entries() for v in sorted(entry.ready)]
+    # As Triton: statistics of a model (or version) that is not serving are an error.
+    if not repository.is_ready(name, version):
+        raise InvalidInputError(f"requested model '{name}' is not available")
+    if version:
+        return [repository.get(name, version)]
+    entry = repository.entry(name)
+    return [entry.ready[v] for v in sorted(entry.ready)]
 
 
 def model_statistics(target: ModelVersion) -> pb.ModelStatistics:

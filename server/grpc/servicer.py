@@ -30,10 +30,14 @@ from server.grpc.codec import (
     output_locations,
     requested_outputs,
 )
-from server.grpc.messages import index_entries, model_metadata, model_statistics
+from server.grpc.messages import (
+    index_entries,
+    model_metadata,
+    model_statistics,
+    statistics_targets,
+)
 from server.grpc.status import status_for
 from server.logs import LogControl
-from server.repository import ModelVersion
 from server.settings import RestrictedProtocol
 from server.shm import SharedMemoryRegistry
 from server.tracing import TRACE_HEADERS, TraceSettings
@@ -53,7 +57,7 @@ EXTENSIONS = (
 )
 
 # Triton's answer to load / unload outside explicit model control mode.
-_NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
+NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 _NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 _NO_CUDA_SHM = "CUDA shared memory is not supported yet"
 
@@ -234,20 +238,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Any
     ) -> pb.ModelStatisticsResponse:
-        versions: list[ModelVersion]
-        if request.name:
-            # As Triton: statistics of a model (or version) that is not serving are an error.
-            if not self._repository.is_ready(request.name, request.version):
-                raise InvalidInputError(f"requested model '{request.name}' is not available")
-            if request.version:
-                versions = [self._repository.get(request.name, request.version)]
-            else:
-                entry = self._repository.entry(request.name)
-                versions = [entry.ready[v] for v in sorted(entry.ready)]
-        else:
-            versions = [
-                entry.ready[v] for entry in self._repository.entries() for v in sorted(entry.ready)
-            ]
+        versions = statistics_targets(self._repository, request.name, request.version)
         return pb.ModelStatisticsResponse(model_stats=[model_statistics(v) for v in versions])
 
     @_edge
@@ -324,7 +315,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
         if not self._model_control:
-            raise ModelControlDisabledError(_NO_MODEL_CONTROL)
+            raise ModelControlDisabledError(NO_MODEL_CONTROL)
         override, files = load_parameters(request)
         await self._repository.load(request.model_name, override, files)
         return pb.RepositoryModelLoadResponse()
@@ -334,7 +325,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
         if not self._model_control:
-            raise ModelControlDisabledError(_NO_MODEL_CONTROL)
+            raise ModelControlDisabledError(NO_MODEL_CONTROL)
         await self._repository.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 

@@ -302,6 +302,8 @@ def exported_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str
         "0",
         "--metrics-port",
         "0",
+        "--http-port",
+        "0",
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(

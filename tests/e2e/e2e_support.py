@@ -27,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 SERVING_LINE = re.compile(r"serving gRPC on [\w.:\[\]-]+:(\d+)(?:, metrics on :(\d+)/metrics)?")
+HTTP_PORT = re.compile(r", HTTP on :(\d+)")
 # Large enough for a resnet18 batch of 32 (19 MiB) in either direction.
 CLIENT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
@@ -180,6 +181,7 @@ class ConvoyServer:
         self.flags = flags
         self.grpc_port = 0
         self.metrics_port = 0
+        self.http_port = 0  # 0 while HTTP is off
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -204,6 +206,8 @@ class ConvoyServer:
             "0",
             "--metrics-port",
             "0",
+            "--http-port",
+            "0",
             *self.flags,
         ]
         with self.log_path.open("wb") as log_file:
@@ -216,6 +220,8 @@ class ConvoyServer:
             if found:
                 self.grpc_port = int(found.group(1))
                 self.metrics_port = int(found.group(2) or 0)
+                http = HTTP_PORT.search(self.log(), found.end())
+                self.http_port = int(http.group(1)) if http else 0
                 return self
             if self.process.poll() is not None:
                 pytest.fail(

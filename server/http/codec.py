@@ -1,0 +1,256 @@
+"""Tensors between Triton's HTTP/REST JSON and NumPy, with the binary tensor data extension:
+a JSON header of `Inference-Header-Content-Length` bytes, then each binary tensor in order."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from proto import grpc_service_pb2 as pb
+from server.datatypes import BY_WIRE, DataType, decode_raw, element_count, encode_raw
+from server.engine import InferResponse
+from server.errors import InvalidInputError, UnsupportedError
+from server.inference import InferInput, InferOptions
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+JsonObject = dict[str, Any]
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[JsonObject, bytes]:
+    """The request's JSON header and the binary tensor data after it (empty without one)."""
+    if header_length is None:
+        length = len(body)
+    else:
+        try:
+            length = int(header_length)
+        except ValueError:
+            raise InvalidInputError(
+                f"{HEADER_LENGTH} must be a number of bytes, got '{header_length}'"
+            ) from None
+        if not 0 <= length <= len(body):
+            raise InvalidInputError(
+                f"{HEADER_LENGTH} is {length}, but the body holds {len(body)} bytes"
+            )
+    return parse_json(body[:length]), body[length:]
+
+
+def parse_json(data: bytes) -> JsonObject:
+    """A JSON object, or an empty one for an empty body."""
+    if not data.strip():
+        return {}
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(f"the request body must be a JSON object, got {parsed!r:.80}")
+    return parsed
+
+
+def _field(holder: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = holder.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidInputError(f"{where}: '{key}' must be a {kind.__name__}, got {value!r:.80}")
+    return value
+
+
+def _parameters(holder: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    parameters = holder.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidInputError(f"{where}: 'parameters' must be a JSON object")
+    if "shared_memory_region" in parameters:
+        raise UnsupportedError(f"{where}: shared memory is not supported over HTTP yet")
+    if "classification" in parameters:
+        raise UnsupportedError(f"{where}: the classification extension is not supported yet")
+    return parameters
+
+
+def decode_inputs(request: JsonObject, binary: bytes, model: str) -> list[InferInput]:
+    """The request's input tensors as arrays; binary ones take their bytes in order."""
+    tensors = request.get("inputs")
+    if not isinstance(tensors, list) or not all(isinstance(t, dict) for t in tensors):
+        raise InvalidInputError(f"request for model '{model}': 'inputs' must be a list of objects")
+    decoded = []
+    offset = 0
+    for tensor in tensors:
+        name = _field(tensor, "name", str, f"an input of model '{model}'")
+        where = f"input '{name}' of model '{model}'"
+        wire = _field(tensor, "datatype", str, where)
+        datatype = BY_WIRE.get(wire)
+        if datatype is None:
+            raise InvalidInputError(
+                f"{where} has unknown datatype '{wire}' (expected one of {sorted(BY_WIRE)})"
+            )
+        dims = _field(tensor, "shape", list, where)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+            raise InvalidInputError(f"{where}: 'shape' must list dimensions >= 0, got {dims}")
+        shape = tuple(dims)
+        parameters = _parameters(tensor, where)
+        if "binary_data_size" in parameters:
+            size = _field(parameters, "binary_data_size", int, where)
+            if size < 0 or offset + size > len(binary):
+                raise InvalidInputError(
+                    f"{where}: binary_data_size {size} runs past the {len(binary) - offset} "
+                    "binary bytes left in the request"
+                )
+            array = decode_raw(name, datatype, shape, binary[offset : offset + size])
+            offset += size
+        elif "data" in tensor:
+            array = _decode_json(tensor["data"], datatype, shape, where)
+        else:
+            raise InvalidInputError(f"{where} carries no data: set 'data' or binary_data_size")
+        decoded.append(InferInput(name, wire, shape, array))
+    if offset != len(binary):
+        raise InvalidInputError(
+            f"request for model '{model}': {len(binary) - offset} binary bytes left over after "
+            "the inputs' binary_data_size"
+        )
+    return decoded
+
+
+def _flatten(data: Any, into: list[Any]) -> list[Any]:
+    if isinstance(data, list):
+        for item in data:
+            _flatten(item, into)
+    else:
+        into.append(data)
+    return into
+
+
+def _decode_json(
+    data: Any, datatype: DataType, shape: tuple[int, ...], where: str
+) -> npt.NDArray[Any]:
+    values = _flatten(data, [])
+    count = element_count(shape)
+    if len(values) != count:
+        raise InvalidInputError(
+            f"{where}: {len(values)} {datatype.wire} values in 'data', but shape {list(shape)} "
+            f"holds {count}"
+        )
+    if datatype.wire == "BYTES":
+        if not all(isinstance(v, str) for v in values):
+            raise InvalidInputError(f"{where}: BYTES values in 'data' must be strings")
+        items = np.empty(count, dtype=object)
+        items[:] = [v.encode("utf-8") for v in values]
+        return items.reshape(shape)
+    if datatype.wire == "BF16":
+        raise InvalidInputError(f"{where}: BF16 travels only as binary data over HTTP")
+    if datatype.wire == "BOOL":
+        kinds: tuple[type, ...] = (bool,)
+    elif datatype.numpy.kind in "iu":
+        kinds = (int,)
+    else:
+        kinds = (int, float)
+    if not all(isinstance(v, kinds) and (bool in kinds or not isinstance(v, bool)) for v in values):
+        raise InvalidInputError(f"{where}: 'data' holds a value that is not {datatype.wire}")
+    try:
+        return np.array(values, dtype=datatype.numpy).reshape(shape)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidInputError(f"{where}: a value does not fit in {datatype.wire}: {exc}") from exc
+
+
+def requested_outputs(request: JsonObject) -> tuple[list[str], frozenset[str] | None]:
+    """Names of the outputs asked for (empty: every output) and which of them go binary
+    (None: all of them, as the request-level `binary_data_output` asks when none is named)."""
+    default = _request_parameters(request).get("binary_data_output", False) is True
+    outputs = request.get("outputs", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        raise InvalidInputError("'outputs' must be a list of objects")
+    if not outputs:
+        return [], None if default else frozenset()
+    names, binary = [], set()
+    for output in outputs:
+        name = _field(output, "name", str, "a requested output")
+        names.append(name)
+        if _parameters(output, f"output '{name}'").get("binary_data", default) is True:
+            binary.add(name)
+    return names, frozenset(binary)
+
+
+def _request_parameters(request: JsonObject) -> Mapping[str, Any]:
+    parameters = request.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidInputError("request 'parameters' must be a JSON object")
+    return parameters
+
+
+def infer_options(request: JsonObject) -> InferOptions:
+    """The scheduling parameters Triton reserves: `priority` and `timeout` (microseconds)."""
+    parameters = _request_parameters(request)
+    values = {}
+    for key in ("priority", "timeout"):
+        if key in parameters:
+            value = _field(parameters, key, int, "request parameters")
+            if value < 0:
+                raise InvalidInputError(f"request parameter '{key}' must be >= 0, got {value}")
+            values[key] = value
+    return InferOptions(priority=values.get("priority", 0), timeout_us=values.get("timeout", 0))
+
+
+def encode_response(
+    response: InferResponse, request_id: str, binary: frozenset[str] | None
+) -> tuple[bytes, int | None]:
+    """The response body and, when some output is binary, the length of its JSON header;
+    `binary` names the outputs sent as binary data (None: every output)."""
+    outputs: list[JsonObject] = []
+    chunks: list[bytes] = []
+    for output in response.outputs:
+        spec, array = output.spec, output.array
+        tensor: JsonObject = {
+            "name": spec.name,
+            "datatype": spec.datatype.wire,
+            "shape": list(array.shape),
+        }
+        if binary is None or spec.name in binary:
+            data = encode_raw(spec.datatype, array)
+            tensor["parameters"] = {"binary_data_size": len(data)}
+            chunks.append(data)
+        else:
+            tensor["data"] = _json_data(spec.datatype, array)
+        outputs.append(tensor)
+    header: JsonObject = {"model_name": response.model, "model_version": str(response.version)}
+    if request_id:
+        header["id"] = request_id
+    header["outputs"] = outputs
+    encoded = json.dumps(header).encode("utf-8")
+    if not chunks:
+        return encoded, None
+    return encoded + b"".join(chunks), len(encoded)
+
+
+def _json_data(datatype: DataType, array: npt.NDArray[Any]) -> list[Any]:
+    if datatype.wire == "BYTES":
+        return [
+            item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+            for item in array.flat
+        ]
+    if datatype.wire == "BF16":  # bfloat16 bits are the top half of a float32's
+        widened = np.ascontiguousarray(array, dtype=np.uint16).astype(np.uint32) << 16
+        return widened.view(np.float32).ravel().tolist()
+    flat = np.ascontiguousarray(array, dtype=datatype.numpy).ravel()
+    return flat.tolist()
+
+
+def load_request(model: str, body: JsonObject) -> pb.RepositoryModelLoadRequest:
+    """The gRPC load request of an HTTP load body (`config` JSON, `file:` content in base64)."""
+    request = pb.RepositoryModelLoadRequest(model_name=model)
+    for key, value in _parameters(body, f"load of model '{model}'").items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InvalidInputError("load parameter 'config' must be a string of JSON")
+            request.parameters[key].string_param = value
+        elif key.startswith("file:"):
+            if not isinstance(value, str):
+                raise InvalidInputError(f"load parameter '{key}' must be a base64 string")
+            try:
+                request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise InvalidInputError(f"load parameter '{key}' is not base64: {exc}") from exc
+    return request

@@ -1,0 +1,21 @@
+"""HTTP status codes of errors, derived from the one error table in `server.grpc.status`."""
+
+from __future__ import annotations
+
+import grpc
+
+from server.grpc.status import status_for
+
+# Triton's HTTP front end answers these gRPC codes so; every other code is a bad request.
+HTTP_CODES: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.INTERNAL: 500,
+}
+BAD_REQUEST = 400
+
+
+def http_status_for(error: Exception) -> int:
+    """The HTTP status of a known error (through its gRPC code); unknown errors are 500."""
+    return HTTP_CODES.get(status_for(error), BAD_REQUEST)

@@ -1,0 +1,146 @@
+"""Triton's HTTP JSON and binary tensor data, both ways, with real NumPy arrays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from proto import grpc_service_pb2 as pb
+from server.datatypes import BY_WIRE, encode_raw
+from server.engine import InferOutput, InferResponse
+from server.errors import (
+    InvalidInputError,
+    ModelNotFoundError,
+    ServerStoppingError,
+    UnsupportedError,
+)
+from server.http import http_status_for
+from server.http.codec import (
+    decode_inputs,
+    encode_response,
+    infer_options,
+    requested_outputs,
+    split_body,
+)
+from server.http.messages import message_json
+from server.inference import TensorSpec
+
+
+def _fp32(name: str, shape: list[int], **extra: object) -> dict[str, object]:
+    return {"name": name, "datatype": "FP32", "shape": shape, **extra}
+
+
+def test_json_data_may_be_nested_or_flat() -> None:
+    request = {
+        "inputs": [
+            _fp32("A", [2, 2], data=[[1, 2.5], [3, 4]]),
+            _fp32("B", [2, 2], data=[1, 2, 3, 4]),
+        ]
+    }
+    a, b = decode_inputs(request, b"", "m")
+    np.testing.assert_array_equal(a.array, np.array([[1, 2.5], [3, 4]], dtype=np.float32))
+    assert b.array.dtype == np.float32 and b.shape == (2, 2)
+
+
+def test_binary_inputs_take_their_bytes_in_order() -> None:
+    first = np.arange(4, dtype=np.float32)
+    words = np.array([b"ab", b""], dtype=object)
+    binary = encode_raw(BY_WIRE["FP32"], first) + encode_raw(BY_WIRE["BYTES"], words)
+    header = {
+        "inputs": [
+            _fp32("A", [4], parameters={"binary_data_size": 16}),
+            {
+                "name": "S",
+                "datatype": "BYTES",
+                "shape": [2],
+                "parameters": {"binary_data_size": len(binary) - 16},
+            },
+        ]
+    }
+    text = json.dumps(header).encode()
+    body, tail = split_body(text + binary, str(len(text)))
+    a, s = decode_inputs(body, tail, "m")
+    np.testing.assert_array_equal(a.array, first)
+    assert list(s.array) == [b"ab", b""]
+
+
+@pytest.mark.parametrize(
+    "tensor, binary, expected",
+    [
+        (_fp32("A", [3], data=[1, 2]), b"", "shape [3] holds 3"),
+        ({"name": "A", "datatype": "INT8", "shape": [1], "data": [300]}, b"", "INT8"),
+        ({"name": "A", "datatype": "INT32", "shape": [1], "data": [1.5]}, b"", "not INT32"),
+        ({"name": "A", "datatype": "NOPE", "shape": [1], "data": [1]}, b"", "NOPE"),
+        (_fp32("A", [1], parameters={"binary_data_size": 4}), b"\0" * 8, "left over"),
+        (_fp32("A", [1], parameters={"binary_data_size": 8}), b"\0" * 4, "runs past"),
+        (_fp32("A", [-1], data=[]), b"", "dimensions >= 0"),
+    ],
+)
+def test_bad_inputs_are_invalid(tensor: dict[str, object], binary: bytes, expected: str) -> None:
+    with pytest.raises(InvalidInputError, match=expected.replace("[", r"\[")):
+        decode_inputs({"inputs": [tensor]}, binary, "m")
+
+
+def test_shared_memory_is_refused_as_unsupported() -> None:
+    tensor = _fp32("A", [1], parameters={"shared_memory_region": "r"})
+    with pytest.raises(UnsupportedError):
+        decode_inputs({"inputs": [tensor]}, b"", "m")
+
+
+def test_header_length_must_fit_the_body() -> None:
+    with pytest.raises(InvalidInputError, match="holds 2 bytes"):
+        split_body(b"{}", "10")
+
+
+def test_binary_outputs_follow_the_json_header() -> None:
+    spec = TensorSpec("OUT", BY_WIRE["FP32"], (2,), False)
+    other = TensorSpec("JSON", BY_WIRE["INT32"], (2,), False)
+    array = np.array([[1.5, -2.0]], dtype=np.float32)
+    response = InferResponse(
+        "m", 3, [InferOutput(spec, array), InferOutput(other, np.array([[7, 8]], np.int32))]
+    )
+    names, binary = requested_outputs(
+        {"outputs": [{"name": "OUT", "parameters": {"binary_data": True}}, {"name": "JSON"}]}
+    )
+    assert names == ["OUT", "JSON"] and binary == frozenset({"OUT"})
+    body, length = encode_response(response, "id-1", binary)
+    assert length is not None
+    header = json.loads(body[:length])
+    assert header["id"] == "id-1" and header["model_version"] == "3"
+    out, plain = header["outputs"]
+    assert out["parameters"]["binary_data_size"] == 8 and "data" not in out
+    assert plain["data"] == [7, 8] and plain["shape"] == [1, 2]
+    np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), array.ravel())
+
+
+def test_request_level_binary_output_covers_every_output() -> None:
+    assert requested_outputs({"parameters": {"binary_data_output": True}}) == ([], None)
+    assert requested_outputs({}) == ([], frozenset())
+
+
+def test_priority_and_timeout_are_integers() -> None:
+    options = infer_options({"parameters": {"priority": 2, "timeout": 500}})
+    assert (options.priority, options.timeout_us) == (2, 500)
+    with pytest.raises(InvalidInputError, match="timeout"):
+        infer_options({"parameters": {"timeout": "soon"}})
+
+
+def test_message_json_keeps_64_bit_integers_numbers() -> None:
+    stats = pb.ModelStatistics(
+        name="m",
+        inference_count=5,
+        inference_stats=pb.InferStatistics(success=pb.StatisticDuration(count=2)),
+    )
+    printed = message_json(stats)
+    assert printed["inference_count"] == 5
+    assert printed["inference_stats"]["success"] == {"count": 2, "ns": 0}  # zeros printed too
+
+
+def test_http_status_follows_the_grpc_table() -> None:
+    assert http_status_for(ModelNotFoundError("x")) == 404
+    assert http_status_for(ServerStoppingError("x")) == 503
+    assert http_status_for(UnsupportedError("x")) == 501
+    assert http_status_for(InvalidInputError("x")) == 400
+    assert http_status_for(RuntimeError("x")) == 500
