@@ -17,8 +17,9 @@ Reproduce from a clean clone (Linux x86_64; perf_analyzer is downloaded on first
     .venv/bin/python scripts/bench.py --baseline fastapi --out results.json
 
 Options: --models mlp,resnet18  --concurrency 1,8,32  --window-ms 2000 (perf_analyzer's
-measurement interval)  --streaming (the `on` variant again over gRPC streaming). A failed
-measurement (e.g. perf_analyzer finds no stable window) is shown as `-` and the run goes on.
+measurement interval)  --streaming / --http (the `on` variant again over gRPC streaming / over
+HTTP/REST with binary tensors). A failed measurement (e.g. perf_analyzer finds no stable window)
+is shown as `-` and the run goes on.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ STOP_TIMEOUT_S = 30.0
 LIMIT_WINDOW_S = 2.0  # per batch size
 HTTP_WARMUP_S = 1.0
 HTTP_WINDOW_S = 5.0
-CONVOY_LINE = re.compile(r"serving gRPC on [\d.]+:(\d+)")
+CONVOY_LINE = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
 FASTAPI_LINE = re.compile(r"serving HTTP on [\d.]+:(\d+)")
-ORDER = ("off", "on", "adaptive", "stream", "fastapi")  # batchings in table order
+ORDER = ("off", "on", "adaptive", "stream", "http", "fastapi")  # rows in table order
 ADAPTIVE = 'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }\n'
 
 
@@ -250,16 +251,18 @@ def _ort_rate(sessions: list[ort.InferenceSession], batch: int) -> float:
 
 
 @contextmanager
-def server_process(command: list[str], log_path: Path, line: re.Pattern[str]) -> Iterator[int]:
-    """Run `command` with stderr to `log_path`, yield the port its `line` names, then SIGTERM."""
+def server_process(
+    command: list[str], log_path: Path, line: re.Pattern[str]
+) -> Iterator[tuple[int, ...]]:
+    """Run `command` with stderr to `log_path`, yield the ports its `line` names, then SIGTERM."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        port = _wait_for_port(process, log_path, line)
-        if port is None:
+        ports = _wait_for_ports(process, log_path, line)
+        if ports is None:
             tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
             raise RuntimeError(f"{shlex.join(command)} did not start:\n{tail}")
-        yield port
+        yield ports
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -269,14 +272,14 @@ def server_process(command: list[str], log_path: Path, line: re.Pattern[str]) ->
             process.wait()
 
 
-def _wait_for_port(
+def _wait_for_ports(
     process: subprocess.Popen[bytes], log_path: Path, line: re.Pattern[str]
-) -> int | None:
+) -> tuple[int, ...] | None:
     deadline_s = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline_s and process.poll() is None:
         match = line.search(log_path.read_text(encoding="utf-8", errors="replace"))
         if match:
-            return int(match.group(1))
+            return tuple(int(port) for port in match.groups())
         time.sleep(0.1)
     return None
 
@@ -287,12 +290,14 @@ def run_perf_analyzer(
     concurrency: int,
     window_ms: int,
     csv_path: Path,
-    streaming: bool = False,
+    front_end: str = "grpc",
 ) -> Measurement | None:
+    """One measurement; `front_end` is grpc (unary), stream (gRPC streaming) or http."""
     command = [
         str(PERF_ANALYZER),
-        *("-m", model, "-u", url, "-i", "grpc", "-f", str(csv_path)),
-        *(["--streaming"] if streaming else []),
+        *("-m", model, "-u", url, "-f", str(csv_path)),
+        *("-i", "http" if front_end == "http" else "grpc"),
+        *(["--streaming"] if front_end == "stream" else []),
         f"--concurrency-range={concurrency}",
         f"--measurement-interval={window_ms}",
         # Stabilize on the median: a shared 2-core box moves p99 too much for 3 windows in a row
@@ -327,28 +332,28 @@ def batch_counts(client: grpcclient.InferenceServerClient, model: str) -> tuple[
 
 
 def measure_convoy(
-    port: int,
+    ports: tuple[int, int],
     specs: Sequence[ModelSpec],
     concurrencies: Sequence[int],
     window_ms: int,
     scratch: Path,
-    streaming: bool = False,
+    front_ends: Sequence[str] = (),
 ) -> list[Row]:
-    """Every variant over unary gRPC; with `streaming`, `on` once more over ModelStreamInfer
-    (the row `stream`)."""
-    url = f"127.0.0.1:{port}"
+    """Every variant over unary gRPC, then `on` once more over each extra front end (`stream`:
+    ModelStreamInfer, `http`: HTTP/REST with binary tensors), each a row of its own."""
+    url = f"127.0.0.1:{ports[0]}"
+    urls = {"grpc": url, "stream": url, "http": f"127.0.0.1:{ports[1]}"}
     client = grpcclient.InferenceServerClient(url)
     rows: list[Row] = []
     for spec in specs:
-        runs = [(b, f"{spec.name}_{b}", False) for b in spec.batchings]
-        if streaming:
-            runs.append(("stream", f"{spec.name}_on", True))
-        for batching, model, stream in runs:
+        runs = [(b, f"{spec.name}_{b}", "grpc") for b in spec.batchings]
+        runs += [(front_end, f"{spec.name}_on", front_end) for front_end in front_ends]
+        for batching, model, front_end in runs:
             for concurrency in concurrencies:
                 inferences_0, executions_0 = batch_counts(client, model)
                 csv_path = scratch / f"{batching}_{model}_{concurrency}.csv"
                 measured = run_perf_analyzer(
-                    url, model, concurrency, window_ms, csv_path, streaming=stream
+                    urls[front_end], model, concurrency, window_ms, csv_path, front_end
                 )
                 inferences_1, executions_1 = batch_counts(client, model)
                 executions = executions_1 - executions_0
@@ -381,7 +386,7 @@ def measure_fastapi(
     model_args = [f"--model={s.name}={repo / f'{s.name}_off'}" for s in specs]
     command = [sys.executable, str(script), *model_args]
     rows: list[Row] = []
-    with server_process(command, scratch / "fastapi.log", FASTAPI_LINE) as port:
+    with server_process(command, scratch / "fastapi.log", FASTAPI_LINE) as (port,):
         for spec in specs:
             session = open_sessions(repo / f"{spec.name}_off")[0]
             body = json_body(next(iter(random_input(session, 1).values())))
@@ -417,10 +422,11 @@ def ratios(
         out[f"{model} on/off @{high}"] = ratio(rate(model, "on", high), rate(model, "off", high))
         served = [r for c in concurrencies if (r := rate(model, "on", c)) is not None]
         out[f"{model} served/limit"] = ratio(max(served, default=None), limit.best_infer_per_s)
-        if any(r.batching == "stream" for r in rows):
-            out[f"{model} stream/unary @{high}"] = ratio(
-                rate(model, "stream", high), rate(model, "on", high)
-            )
+        for front_end in ("stream", "http"):
+            if any(r.batching == front_end for r in rows):
+                out[f"{model} {front_end}/unary @{high}"] = ratio(
+                    rate(model, front_end, high), rate(model, "on", high)
+                )
         if any(r.batching == "fastapi" for r in rows):
             fastapi = rate(model, "fastapi", high)
             out[f"{model} on/fastapi @{high}"] = ratio(rate(model, "on", high), fastapi)
@@ -485,6 +491,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also measure the batching variant over ModelStreamInfer (perf_analyzer --streaming)",
     )
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="also measure the batching variant over HTTP/REST (perf_analyzer -i http)",
+    )
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
     args = parser.parse_args(argv)
     unknown = set(args.models) - set(SPECS)
@@ -505,10 +516,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Nothing else runs while the limit is measured, nor while either server is.
         limits = [measure_limit(spec, repo / f"{spec.name}_on") for spec in specs]
         command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
-        command += ["--grpc-port", "0", "--metrics-port", "0"]
-        with server_process(command, scratch / "convoy.log", CONVOY_LINE) as port:
+        command += ["--grpc-port", "0", "--metrics-port", "0", "--http-port", "0"]
+        extra = (["stream"] if args.streaming else []) + (["http"] if args.http else [])
+        with server_process(command, scratch / "convoy.log", CONVOY_LINE) as (port, http_port):
             rows = measure_convoy(
-                port, specs, args.concurrency, args.window_ms, scratch, args.streaming
+                (port, http_port), specs, args.concurrency, args.window_ms, scratch, extra
             )
         if args.baseline == "fastapi":
             rows += measure_fastapi(repo, specs, args.concurrency, scratch)
