@@ -4,6 +4,7 @@ raw little-endian layout tensors travel in (BYTES: a 4-byte length before each e
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,27 @@ def _decode_bytes(name: str, data: bytes, count: int) -> npt.NDArray[Any]:
             f"input '{name}': {len(data) - offset} bytes left over after {count} BYTES elements"
         )
     return items
+
+
+def array_from_values(
+    values: Sequence[Any], datatype: DataType, shape: tuple[int, ...], where: str, source: str
+) -> npt.NDArray[Any]:
+    """Typed values (BYTES as bytes) as an array of `shape`; `where` and `source` name the
+    tensor and the field they came from in errors."""
+    count = element_count(shape)
+    if len(values) != count:
+        raise InvalidInputError(
+            f"{where}: {len(values)} {datatype.wire} values in {source}, but shape "
+            f"{list(shape)} holds {count}"
+        )
+    if datatype.wire == "BYTES":
+        items = np.empty(count, dtype=object)
+        items[:] = list(values)
+        return items.reshape(shape)
+    try:
+        return np.array(list(values), dtype=datatype.numpy).reshape(shape)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidInputError(f"{where}: a value does not fit in {datatype.wire}: {exc}") from exc
 
 
 def element_count(shape: tuple[int, ...]) -> int:

@@ -32,6 +32,10 @@ class UnsupportedError(ServerError):
 class ModelControlDisabledError(ServerError):
     """Loading and unloading through the API needs explicit model control mode."""
 
+    def __init__(self) -> None:
+        # Triton's words, in the none and poll modes alike.
+        super().__init__("explicit model load / unload is not allowed if polling is enabled")
+
 
 class ModelLoadFailedError(ServerError):
     """A load or reload through the API (or a poll) failed; the reasons are in the message."""

@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
-from google.protobuf import json_format
 
 from proto import grpc_service_pb2 as pb
-from proto import model_config_pb2 as mc
-from server.datatypes import BY_WIRE, DataType, decode_raw, element_count, encode_raw
+from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions
@@ -209,22 +206,7 @@ def _decode_typed(
             "raw_input_contents"
         )
     values: Sequence[Any] = getattr(tensor.contents, field)
-    count = element_count(shape)
-    if len(values) != count:
-        raise InvalidInputError(
-            f"input '{tensor.name}': {len(values)} {datatype.wire} values in contents, but "
-            f"shape {list(shape)} holds {count}"
-        )
-    if datatype.wire == "BYTES":
-        items = np.empty(count, dtype=object)
-        items[:] = list(values)
-        return items.reshape(shape)
-    try:
-        return np.array(list(values), dtype=datatype.numpy).reshape(shape)
-    except OverflowError as exc:
-        raise InvalidInputError(
-            f"input '{tensor.name}': a value does not fit in {datatype.wire}: {exc}"
-        ) from exc
+    return array_from_values(values, datatype, shape, f"input '{tensor.name}'", "contents")
 
 
 def _datatype(wire: str, name: str) -> DataType:
@@ -234,27 +216,3 @@ def _datatype(wire: str, name: str) -> DataType:
             f"input '{name}' has unknown datatype '{wire}' (expected one of {sorted(BY_WIRE)})"
         )
     return datatype
-
-
-def load_parameters(
-    request: pb.RepositoryModelLoadRequest,
-) -> tuple[mc.ModelConfig | None, dict[str, bytes]]:
-    """RepositoryModelLoad's `config` (JSON ModelConfig) and `file:<version>/<name>` bytes."""
-    override = None
-    files: dict[str, bytes] = {}
-    for key, value in request.parameters.items():
-        if key == "config":
-            if value.WhichOneof("parameter_choice") != "string_param":
-                raise InvalidInputError("load parameter 'config' must be a string of JSON")
-            try:
-                override = json_format.Parse(value.string_param, mc.ModelConfig())
-            except json_format.ParseError as exc:
-                raise InvalidInputError(
-                    f"load parameter 'config' of model '{request.model_name}' is not a valid "
-                    f"JSON ModelConfig: {exc}"
-                ) from exc
-        elif key.startswith("file:"):
-            if value.WhichOneof("parameter_choice") != "bytes_param":
-                raise InvalidInputError(f"load parameter '{key}' must carry bytes")
-            files[key.removeprefix("file:")] = value.bytes_param
-    return override, files

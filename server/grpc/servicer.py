@@ -26,18 +26,18 @@ from server.grpc.codec import (
     decode_inputs,
     encode_response,
     infer_options,
-    load_parameters,
     output_locations,
     requested_outputs,
 )
-from server.grpc.messages import (
+from server.grpc.status import status_for
+from server.logs import LogControl
+from server.messages import (
     index_entries,
+    load_parameters,
     model_metadata,
     model_statistics,
     statistics_targets,
 )
-from server.grpc.status import status_for
-from server.logs import LogControl
 from server.settings import RestrictedProtocol
 from server.shm import SharedMemoryRegistry
 from server.tracing import TRACE_HEADERS, TraceSettings
@@ -56,8 +56,6 @@ EXTENSIONS = (
     "logging",
 )
 
-# Triton's answer to load / unload outside explicit model control mode.
-NO_MODEL_CONTROL = "explicit model load / unload is not allowed if polling is enabled"
 _NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 _NO_CUDA_SHM = "CUDA shared memory is not supported yet"
 
@@ -315,7 +313,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelLoadRequest, context: Any
     ) -> pb.RepositoryModelLoadResponse:
         if not self._model_control:
-            raise ModelControlDisabledError(NO_MODEL_CONTROL)
+            raise ModelControlDisabledError()
         override, files = load_parameters(request)
         await self._repository.load(request.model_name, override, files)
         return pb.RepositoryModelLoadResponse()
@@ -325,7 +323,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
         if not self._model_control:
-            raise ModelControlDisabledError(NO_MODEL_CONTROL)
+            raise ModelControlDisabledError()
         await self._repository.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 

@@ -15,14 +15,6 @@ from batching import BatchingError
 from proto import grpc_service_pb2 as pb
 from server.engine import Engine
 from server.errors import InvalidInputError, ModelControlDisabledError, ServerError
-from server.grpc.codec import load_parameters
-from server.grpc.messages import (
-    index_entries,
-    model_metadata,
-    model_statistics,
-    statistics_targets,
-)
-from server.grpc.servicer import NO_MODEL_CONTROL
 from server.http.codec import (
     HEADER_LENGTH,
     decode_inputs,
@@ -35,6 +27,13 @@ from server.http.codec import (
 )
 from server.http.messages import message_json
 from server.http.status import http_status_for
+from server.messages import (
+    index_entries,
+    load_parameters,
+    model_metadata,
+    model_statistics,
+    statistics_targets,
+)
 from server.tracing import TRACE_HEADERS
 
 _log = logging.getLogger(__name__)
@@ -161,7 +160,7 @@ class HttpFrontEnd:
 
     async def load(self, request: web.Request) -> web.Response:
         if not self._model_control:
-            raise ModelControlDisabledError(NO_MODEL_CONTROL)
+            raise ModelControlDisabledError()
         name = request.match_info["model"]
         override, files = load_parameters(load_request(name, parse_json(await request.read())))
         await self._repository.load(name, override, files)
@@ -169,7 +168,7 @@ class HttpFrontEnd:
 
     async def unload(self, request: web.Request) -> web.Response:
         if not self._model_control:
-            raise ModelControlDisabledError(NO_MODEL_CONTROL)
+            raise ModelControlDisabledError()
         await self._repository.unload(request.match_info["model"])
         return web.Response(status=200)
 

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proto import grpc_service_pb2 as pb
-from server.datatypes import BY_WIRE, DataType, decode_raw, element_count, encode_raw
+from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions
@@ -128,32 +128,24 @@ def _decode_json(
     data: Any, datatype: DataType, shape: tuple[int, ...], where: str
 ) -> npt.NDArray[Any]:
     values = _flatten(data, [])
-    count = element_count(shape)
-    if len(values) != count:
-        raise InvalidInputError(
-            f"{where}: {len(values)} {datatype.wire} values in 'data', but shape {list(shape)} "
-            f"holds {count}"
-        )
     if datatype.wire == "BYTES":
         if not all(isinstance(v, str) for v in values):
             raise InvalidInputError(f"{where}: BYTES values in 'data' must be strings")
-        items = np.empty(count, dtype=object)
-        items[:] = [v.encode("utf-8") for v in values]
-        return items.reshape(shape)
-    if datatype.wire == "BF16":
+        values = [v.encode("utf-8") for v in values]
+    elif datatype.wire == "BF16":
         raise InvalidInputError(f"{where}: BF16 travels only as binary data over HTTP")
-    if datatype.wire == "BOOL":
-        kinds: tuple[type, ...] = (bool,)
-    elif datatype.numpy.kind in "iu":
-        kinds = (int,)
     else:
-        kinds = (int, float)
-    if not all(isinstance(v, kinds) and (bool in kinds or not isinstance(v, bool)) for v in values):
-        raise InvalidInputError(f"{where}: 'data' holds a value that is not {datatype.wire}")
-    try:
-        return np.array(values, dtype=datatype.numpy).reshape(shape)
-    except (OverflowError, ValueError) as exc:
-        raise InvalidInputError(f"{where}: a value does not fit in {datatype.wire}: {exc}") from exc
+        if datatype.wire == "BOOL":
+            kinds: tuple[type, ...] = (bool,)
+        elif datatype.numpy.kind in "iu":
+            kinds = (int,)
+        else:
+            kinds = (int, float)
+        if not all(
+            isinstance(v, kinds) and (bool in kinds or not isinstance(v, bool)) for v in values
+        ):
+            raise InvalidInputError(f"{where}: 'data' holds a value that is not {datatype.wire}")
+    return array_from_values(values, datatype, shape, where, "'data'")
 
 
 def requested_outputs(request: JsonObject) -> tuple[list[str], frozenset[str] | None]:

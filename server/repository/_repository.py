@@ -80,12 +80,12 @@ class Repository:
 
         async def load(name: str) -> None:
             async with gate:
-                try:
-                    await self.load(name)
-                except ModelNotFoundError as exc:
-                    _log.error("%s", exc)
-                except ModelLoadFailedError:
-                    pass  # recorded in the index, and logged
+                path = found.get(name)
+                if path is None:
+                    _log.error("failed to load '%s', failed to poll from model repository", name)
+                    return
+                with contextlib.suppress(ModelLoadFailedError):  # in the index, and logged
+                    await self._load_from(name, path)
 
         await asyncio.gather(*(load(name) for name in wanted))
 
@@ -101,22 +101,34 @@ class Repository:
         model's directory for this load. A reload that fails leaves the old versions serving.
         """
         check_name(name)
-        async with self._lock(name):
-            if files:
-                if override is None:
-                    raise InvalidInputError(
-                        f"model '{name}': file parameters need a 'config' parameter as well"
-                    )
+        if files:
+            if override is None:
+                raise InvalidInputError(
+                    f"model '{name}': file parameters need a 'config' parameter as well"
+                )
+            async with self._lock(name):
                 with tempfile.TemporaryDirectory(prefix="convoy-") as scratch:
                     path = _write_files(Path(scratch) / name, files)
                     await self._build_and_swap(name, path, override, stamp=())
-                    return
-            found = self.scan().get(name)
-            if found is None:
-                raise ModelNotFoundError(
-                    f"failed to load '{name}', failed to poll from model repository"
-                )
-            await self._build_and_swap(name, found, override, stamp=directory_stamp(found))
+            return
+        found = self.scan().get(name)
+        if found is None:
+            raise ModelNotFoundError(
+                f"failed to load '{name}', failed to poll from model repository"
+            )
+        await self._load_from(name, found, override)
+
+    async def _load_from(
+        self,
+        name: str,
+        path: Path,
+        override: mc.ModelConfig | None = None,
+        stamp: tuple[object, ...] | None = None,
+    ) -> None:
+        """(Re)load a model from its directory in a repository; `stamp` if already taken."""
+        async with self._lock(name):
+            stamp = directory_stamp(path) if stamp is None else stamp
+            await self._build_and_swap(name, path, override, stamp)
 
     async def _build_and_swap(
         self, name: str, path: Path, override: mc.ModelConfig | None, stamp: tuple[object, ...]
@@ -244,7 +256,7 @@ class Repository:
             if entry is not None and stamp in (entry.stamp, entry.failed_stamp):
                 continue  # unchanged, or the same files that failed last time
             with contextlib.suppress(ModelLoadFailedError):
-                await self.load(name)
+                await self._load_from(name, path, stamp=stamp)
 
     async def unload_all(self, timeout_s: float) -> None:
         versions = [v for entry in self._models.values() for v in entry.ready.values()]

@@ -1,10 +1,14 @@
-"""Building the protobuf answers of the metadata, statistics and repository RPCs."""
+"""The API's protobuf messages for metadata, statistics and the repository, shared by the
+gRPC and HTTP front ends (HTTP renders them as JSON)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf import json_format
+
 from proto import grpc_service_pb2 as pb
+from proto import model_config_pb2 as mc
 from server.errors import InvalidInputError
 from server.inference import ModelIO, TensorSpec
 from server.repository import ModelState, ModelVersion, Repository, VersionStatus
@@ -91,3 +95,27 @@ def index_entries(
         for name, status in statuses
         if not ready_only or status.state is ModelState.READY
     ]
+
+
+def load_parameters(
+    request: pb.RepositoryModelLoadRequest,
+) -> tuple[mc.ModelConfig | None, dict[str, bytes]]:
+    """RepositoryModelLoad's `config` (JSON ModelConfig) and `file:<version>/<name>` bytes."""
+    override = None
+    files: dict[str, bytes] = {}
+    for key, value in request.parameters.items():
+        if key == "config":
+            if value.WhichOneof("parameter_choice") != "string_param":
+                raise InvalidInputError("load parameter 'config' must be a string of JSON")
+            try:
+                override = json_format.Parse(value.string_param, mc.ModelConfig())
+            except json_format.ParseError as exc:
+                raise InvalidInputError(
+                    f"load parameter 'config' of model '{request.model_name}' is not a valid "
+                    f"JSON ModelConfig: {exc}"
+                ) from exc
+        elif key.startswith("file:"):
+            if value.WhichOneof("parameter_choice") != "bytes_param":
+                raise InvalidInputError(f"load parameter '{key}' must carry bytes")
+            files[key.removeprefix("file:")] = value.bytes_param
+    return override, files
