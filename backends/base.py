@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from backends.errors import BackendError
 
 # Tensor name -> array. BYTES tensors are object arrays of `bytes`; BF16 travels as uint16 bits.
 TensorMap = Mapping[str, npt.NDArray[Any]]
@@ -30,11 +32,15 @@ class ModelSignature:
     outputs: tuple[TensorSignature, ...]
 
 
+# One request's answer: every output it produced (batch axis first), or why it alone failed.
+Response = dict[str, np.ndarray] | BackendError
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutionResult:
-    """Outputs of one execution and where its time went."""
+    """The responses of one execution, one per request in order, and where its time went."""
 
-    outputs: dict[str, np.ndarray]  # every output the model produces, batch axis first
+    responses: list[Response]
     compute_input_ns: int  # binding and copying inputs into the runtime
     compute_infer_ns: int  # the runtime's own execution
     compute_output_ns: int  # copying outputs out of the runtime
@@ -51,8 +57,13 @@ class Instance(Protocol):
         """The inputs and outputs the model file declares."""
         ...
 
-    async def execute(self, inputs: TensorMap) -> ExecutionResult:
-        """Run one batch on this instance's worker; never blocks the event loop."""
+    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+        """Run one batch on this instance's worker; never blocks the event loop.
+
+        `requests` are the batch's requests in order, each with its own leading batch dimension
+        when the model batches; the instance assembles them (where depends on the device).
+        Raising fails the whole batch; an error in `responses` fails only its request.
+        """
         ...
 
     def close(self) -> None:

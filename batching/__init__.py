@@ -3,11 +3,11 @@
 Never imports grpc or backends: instances arrive as `Executor`s from the composition root.
 """
 
-from batching.assemble import ArrayNamespace, concat_inputs, split_outputs
 from batching.batcher import Batcher
 from batching.errors import (
     BatcherClosedError,
     BatchingError,
+    ExecutorContractError,
     PolicyError,
     QueueFullError,
     RequestTimeoutError,
@@ -24,7 +24,6 @@ from batching.policy import (
 from batching.queue import Queued, RequestQueue
 
 __all__ = [
-    "ArrayNamespace",
     "BatchPolicy",
     "Batcher",
     "BatcherClosedError",
@@ -33,6 +32,7 @@ __all__ = [
     "Decision",
     "ExecutionRecord",
     "Executor",
+    "ExecutorContractError",
     "Outcome",
     "PolicyError",
     "QueueFullError",
@@ -43,7 +43,5 @@ __all__ = [
     "RequestTimeoutError",
     "TensorMap",
     "TimeoutAction",
-    "concat_inputs",
     "next_batch",
-    "split_outputs",
 ]

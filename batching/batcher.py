@@ -14,10 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from batching.assemble import ArrayNamespace, concat_inputs, split_outputs
-from batching.errors import BatcherClosedError, RequestTimeoutError
+from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
 from batching.messages import ExecutionRecord, Executor, RequestResult, TensorMap
 from batching.policy import BatchPolicy, Candidate, Decision, next_batch
 from batching.queue import Queued, RequestQueue
@@ -38,7 +35,6 @@ class Batcher:
         executors: Sequence[Executor],
         policy: BatchPolicy,
         observer: Observer | None = None,
-        xp: ArrayNamespace = np,
     ) -> None:
         if not executors:
             raise ValueError(f"batcher '{name}' needs at least one executor")
@@ -46,7 +42,6 @@ class Batcher:
         self._executors = tuple(executors)
         self._policy = policy
         self._observer = observer
-        self._xp = xp
         self._closed = False
         self._in_flight = 0  # requests accepted and not yet answered
         # Adaptive delay: how much recent waits grew their batches, and since when it is known.
@@ -228,10 +223,12 @@ class Batcher:
         record: ExecutionRecord | None = None
         try:
             try:
-                inputs = concat_inputs([request.inputs for request in batch], self._xp)
-                assembled_ns = time.monotonic_ns()
-                outcome = await executor.execute(inputs)
-                parts = split_outputs(outcome.outputs, sizes)
+                outcome = await executor.execute([request.inputs for request in batch])
+                if len(outcome.responses) != len(batch):
+                    raise ExecutorContractError(
+                        f"instance '{executor.name}' answered {len(outcome.responses)} of "
+                        f"the batch's {len(batch)} requests"
+                    )
             except Exception as exc:  # the batch loop never dies: fail only this batch
                 _log.warning("model '%s': batch of %d failed: %s", self._name, sum(sizes), exc)
                 self._report(ExecutionRecord(sum(sizes), len(batch), 0, 0, 0, succeeded=False))
@@ -239,24 +236,27 @@ class Batcher:
                 for request in batch:
                     _fail(request, exc)
                 return
-            input_ns = outcome.compute_input_ns + (assembled_ns - start_ns)
             record = ExecutionRecord(
                 sum(sizes),
                 len(batch),
-                input_ns,
+                outcome.compute_input_ns,
                 outcome.compute_infer_ns,
                 outcome.compute_output_ns,
                 succeeded=True,
             )
             self._report(record)
             await _after(previous)
-            for request, outputs in zip(batch, parts, strict=True):
-                if not request.future.done():  # a cancelled caller's result is dropped
+            for request, response in zip(batch, outcome.responses, strict=True):
+                if request.future.done():  # a cancelled caller's result is dropped
+                    continue
+                if isinstance(response, Exception):
+                    request.future.set_exception(response)
+                else:
                     request.future.set_result(
                         RequestResult(
-                            outputs=outputs,
+                            outputs=response,
                             queue_ns=start_ns - request.candidate.enqueue_ns,
-                            compute_input_ns=input_ns,
+                            compute_input_ns=outcome.compute_input_ns,
                             compute_infer_ns=outcome.compute_infer_ns,
                             compute_output_ns=outcome.compute_output_ns,
                             batch_size=record.batch_size,

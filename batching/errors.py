@@ -19,3 +19,7 @@ class QueueFullError(BatchingError):
 
 class RequestTimeoutError(BatchingError):
     """The request waited in the queue past its timeout (timeout action REJECT)."""
+
+
+class ExecutorContractError(BatchingError):
+    """An executor answered a batch with a different number of responses than requests."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,7 +15,10 @@ class Outcome(Protocol):
     """What one execution produced (a backend's result satisfies this structurally)."""
 
     @property
-    def outputs(self) -> Mapping[str, npt.NDArray[Any]]: ...
+    def responses(self) -> Sequence[Mapping[str, npt.NDArray[Any]] | Exception]:
+        """One per request, in the batch's order: its outputs, or the error that fails it."""
+        ...
+
     @property
     def compute_input_ns(self) -> int: ...
     @property
@@ -30,7 +33,9 @@ class Executor(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def execute(self, inputs: TensorMap) -> Outcome: ...
+    async def execute(self, requests: Sequence[TensorMap]) -> Outcome:
+        """Run the batch's requests (in order); assembling them is the executor's business."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

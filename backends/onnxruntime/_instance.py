@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
+from backends.assemble import concat_inputs, split_outputs
 from backends.base import ExecutionResult, ModelSignature, TensorMap, TensorSignature
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from backends.onnxruntime._settings import OrtSettings
@@ -75,25 +78,30 @@ class OrtInstance:
     def signature(self) -> ModelSignature:
         return self._signature
 
-    async def execute(self, inputs: TensorMap) -> ExecutionResult:
+    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._run, inputs)
+        return await loop.run_in_executor(self._worker, self._run, requests)
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
 
-    def _run(self, inputs: TensorMap) -> ExecutionResult:
+    def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+        # Assembly runs here, on the instance's worker, not on the event loop.
         try:
-            if self._uses_strings:
-                return self._run_plain(inputs)
-            return self._run_bound(inputs)
+            start_ns = time.monotonic_ns()
+            inputs = concat_inputs(requests)
+            run = self._run_plain if self._uses_strings else self._run_bound
+            result = run(inputs, start_ns)
+            if len(requests) == 1:
+                return ExecutionResult([result.outputs], *result.timings)
+            sizes = [len(next(iter(request.values()))) for request in requests]
+            return ExecutionResult(list(split_outputs(result.outputs, sizes)), *result.timings)
         except BackendError:
             raise
         except Exception as exc:
             raise ExecutionError(f"instance '{self._name}': {exc}") from exc
 
-    def _run_bound(self, inputs: TensorMap) -> ExecutionResult:
-        start_ns = time.monotonic_ns()
+    def _run_bound(self, inputs: TensorMap, start_ns: int) -> _Batched:
         binding = self._session.io_binding()
         for name, array in inputs.items():
             if name in self._bf16_inputs:
@@ -113,10 +121,9 @@ class OrtInstance:
             for name, value in zip(self._output_names, binding.get_outputs(), strict=True)
         }
         done_ns = time.monotonic_ns()
-        return ExecutionResult(outputs, bound_ns - start_ns, ran_ns - bound_ns, done_ns - ran_ns)
+        return _Batched(outputs, (bound_ns - start_ns, ran_ns - bound_ns, done_ns - ran_ns))
 
-    def _run_plain(self, inputs: TensorMap) -> ExecutionResult:
-        start_ns = time.monotonic_ns()
+    def _run_plain(self, inputs: TensorMap, start_ns: int) -> _Batched:
         feed = prepare_inputs(inputs)
         fed_ns = time.monotonic_ns()
         values = self._session.run(self._output_names, feed)
@@ -126,7 +133,15 @@ class OrtInstance:
             for name, value in zip(self._output_names, values, strict=True)
         }
         done_ns = time.monotonic_ns()
-        return ExecutionResult(outputs, fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns)
+        return _Batched(outputs, (fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns))
+
+
+@dataclass(frozen=True, slots=True)
+class _Batched:
+    """One run over the assembled batch, before its outputs are split per request."""
+
+    outputs: dict[str, np.ndarray]
+    timings: tuple[int, int, int]  # input, infer and output ns
 
 
 def read_onnx_signature(session: ort.InferenceSession) -> ModelSignature:

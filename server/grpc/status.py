@@ -8,6 +8,7 @@ from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoad
 from batching import (
     BatcherClosedError,
     BatchingError,
+    ExecutorContractError,
     PolicyError,
     QueueFullError,
     RequestTimeoutError,
@@ -47,6 +48,7 @@ STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
     QueueFullError: grpc.StatusCode.UNAVAILABLE,
     RequestTimeoutError: grpc.StatusCode.UNAVAILABLE,
     PolicyError: grpc.StatusCode.INVALID_ARGUMENT,
+    ExecutorContractError: grpc.StatusCode.INTERNAL,
 }
 
 # The bases whose leaves must all appear above.

@@ -194,12 +194,19 @@ async def _warm_up(
             inputs = _warmup_inputs(config, warmup, path)
             for _ in range(max(warmup.count, 1)):
                 for instance in instances:
-                    await instance.execute(inputs)
+                    await _check_warmup(instance, inputs)
         except (ServerError, BackendError, OSError, ValueError) as exc:
             raise ConfigError(
                 f"model '{config.name}' version {version}: warmup '{warmup.name}' failed: {exc}"
             ) from exc
         _log.info("model '%s' version %d: warmup '%s' done", config.name, version, warmup.name)
+
+
+async def _check_warmup(instance: Instance, inputs: dict[str, np.ndarray]) -> None:
+    result = await instance.execute([inputs])
+    for response in result.responses:
+        if isinstance(response, BackendError):
+            raise response
 
 
 def _warmup_inputs(

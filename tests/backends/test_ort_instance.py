@@ -23,13 +23,32 @@ async def test_io_binding_computes_and_reports_timings(tmp_path: Path) -> None:
     instance = OrtInstance.load("simple_0", _save(tmp_path, models.simple()), OrtSettings())
     a = np.arange(32, dtype=np.float32).reshape(2, 16)
     b = np.ones((2, 16), np.float32)
-    result = await instance.execute({"INPUT0": a, "INPUT1": b})
-    np.testing.assert_array_equal(result.outputs["OUTPUT0"], a + b)
-    np.testing.assert_array_equal(result.outputs["OUTPUT1"], a - b)
+    result = await instance.execute([{"INPUT0": a, "INPUT1": b}])
+    (outputs,) = result.responses
+    assert isinstance(outputs, dict)
+    np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
     assert result.compute_infer_ns > 0
     assert [t.name for t in instance.signature.inputs] == ["INPUT0", "INPUT1"]
     assert instance.signature.inputs[0].shape == (-1, 16)
     assert instance.signature.inputs[0].data_type == mc.TYPE_FP32
+    instance.close()
+
+
+async def test_a_batch_is_assembled_and_split_back_per_request(tmp_path: Path) -> None:
+    instance = OrtInstance.load("simple_0", _save(tmp_path, models.simple()), OrtSettings())
+    requests = [
+        {
+            "INPUT0": np.full((rows, 16), float(rows), np.float32),
+            "INPUT1": np.ones((rows, 16), np.float32),
+        }
+        for rows in (1, 3, 2)
+    ]
+    result = await instance.execute(requests)
+    assert len(result.responses) == 3
+    for rows, response in zip((1, 3, 2), result.responses, strict=True):
+        assert isinstance(response, dict)
+        np.testing.assert_array_equal(response["OUTPUT0"], np.full((rows, 16), rows + 1.0))
     instance.close()
 
 
@@ -38,8 +57,10 @@ async def test_bf16_travels_as_uint16_bits(tmp_path: Path) -> None:
     instance = OrtInstance.load("bf16_0", _save(tmp_path, model), OrtSettings())
     assert instance.signature.inputs[0].data_type == mc.TYPE_BF16
     bits = np.array([[0x3F80, 0xC000, 0x0000, 0x7F80]], np.uint16)
-    result = await instance.execute({instance.signature.inputs[0].name: bits})
-    (output,) = result.outputs.values()
+    result = await instance.execute([{instance.signature.inputs[0].name: bits}])
+    (outputs,) = result.responses
+    assert isinstance(outputs, dict)
+    (output,) = outputs.values()
     np.testing.assert_array_equal(output, bits)
     instance.close()
 
@@ -48,11 +69,13 @@ async def test_strings_are_utf8_bytes_in_and_out(tmp_path: Path) -> None:
     instance = OrtInstance.load("bytes_0", _save(tmp_path, models.bytes_identity()), OrtSettings())
     name = instance.signature.inputs[0].name
     items = np.array([[b"", "é".encode(), b"a\x00b"]], dtype=object)
-    result = await instance.execute({name: items})
-    (output,) = result.outputs.values()
+    result = await instance.execute([{name: items}])
+    (outputs,) = result.responses
+    assert isinstance(outputs, dict)
+    (output,) = outputs.values()
     assert output.tolist() == items.tolist()
     with pytest.raises(InvalidTensorError, match="not valid UTF-8"):
-        await instance.execute({name: np.array([[b"\xff"]], dtype=object)})
+        await instance.execute([{name: np.array([[b"\xff"]], dtype=object)}])
     instance.close()
 
 

@@ -1,12 +1,20 @@
 """The batcher with real executors: one request per execution, first free instance, failures."""
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from batching import Batcher, BatcherClosedError, BatchPolicy, ExecutionRecord, TensorMap
+from batching import (
+    Batcher,
+    BatcherClosedError,
+    BatchPolicy,
+    ExecutionRecord,
+    ExecutorContractError,
+    TensorMap,
+)
 from server.repository import parse_config
 
 # No dynamic_batching: one request per execution, as Triton's default scheduler.
@@ -15,7 +23,7 @@ ONE_BY_ONE = BatchPolicy.from_config(parse_config('name: "m" max_batch_size: 8',
 
 @dataclass(frozen=True)
 class Result:
-    outputs: dict[str, np.ndarray]
+    responses: list[dict[str, np.ndarray] | Exception]
     compute_input_ns: int = 1
     compute_infer_ns: int = 2
     compute_output_ns: int = 3
@@ -29,17 +37,23 @@ class Doubler:
         self.delay_s = delay_s
         self.running = 0
         self.most_at_once = 0
-        self.calls: list[TensorMap] = []
+        self.calls: list[Sequence[TensorMap]] = []
 
-    async def execute(self, inputs: TensorMap) -> Result:
-        self.calls.append(inputs)
+    async def execute(self, requests: Sequence[TensorMap]) -> Result:
+        self.calls.append(requests)
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
             await asyncio.sleep(self.delay_s)
-            if float(inputs["x"].ravel()[0]) < 0:
+            if float(requests[0]["x"].ravel()[0]) < 0:
                 raise RuntimeError("negative input")
-            return Result({"y": inputs["x"] * 2})
+            # A NaN fails only its own request, as a backend's per-request error does.
+            return Result(
+                [
+                    ValueError("NaN input") if np.isnan(r["x"]).any() else {"y": r["x"] * 2}
+                    for r in requests
+                ]
+            )
         finally:
             self.running -= 1
 
@@ -114,6 +128,36 @@ async def test_stop_lets_accepted_requests_finish_and_refuses_new_ones() -> None
     results = await asyncio.gather(*accepted)
     assert [float(r.outputs["y"][0, 0]) for r in results] == [0.0, 2.0, 4.0]
     await stopping
+
+
+async def test_a_per_request_error_fails_only_that_request_of_the_batch() -> None:
+    batcher = Batcher("m", [Doubler(0.02)], dynamic("max_queue_delay_microseconds: 20000"))
+    await batcher.start()
+    values = [1.0, float("nan"), 3.0]
+    results = await asyncio.gather(
+        *(batcher.infer(_x(v), 1) for v in values), return_exceptions=True
+    )
+    assert isinstance(results[1], ValueError)
+    assert [float(r.outputs["y"][0, 0]) for r in (results[0], results[2])] == [2.0, 6.0]
+    assert results[0].batch_size == 3  # they did run as one batch
+    await batcher.stop(1.0)
+
+
+class Forgetful:
+    """Answers one request fewer than it was given: a broken executor."""
+
+    name = "forgetful"
+
+    async def execute(self, requests: Sequence[TensorMap]) -> Result:
+        return Result([{"y": r["x"]} for r in requests[1:]])
+
+
+async def test_an_executor_that_loses_a_response_fails_the_batch_clearly() -> None:
+    batcher = Batcher("m", [Forgetful()], ONE_BY_ONE)
+    await batcher.start()
+    with pytest.raises(ExecutorContractError, match="answered 0 of the batch's 1 requests"):
+        await batcher.infer(_x(1), 1)
+    await batcher.stop(1.0)
 
 
 def dynamic(batching: str) -> BatchPolicy:

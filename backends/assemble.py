@@ -1,6 +1,7 @@
 """Batch assembly: concatenate requests' inputs, split outputs back, through an array namespace.
 
-NumPy now; a CuPy namespace with the same `concatenate` serves device arrays later.
+Assembly belongs to the instance that runs the batch: on a GPU it happens on that instance's
+stream (CuPy) or into its pinned staging buffer; on CPU through NumPy on its worker thread.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from batching.messages import TensorMap
+from backends.base import TensorMap
 
 
 class ArrayNamespace(Protocol):

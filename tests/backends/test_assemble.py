@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from batching import concat_inputs, split_outputs
+from backends import concat_inputs, split_outputs
 
 
 def test_concatenates_in_request_order_and_splits_back() -> None:
