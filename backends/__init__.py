@@ -1,7 +1,8 @@
 """Backends: run one model version's instances; never imports grpc or batching.
 
 The public surface is the instance contract (`Instance`, `ExecutionResult`), the signature a
-model file declares (`ModelSignature`), and the ONNX Runtime backend.
+model file declares (`ModelSignature`), where arrays and instances live (`Device`, `Placement`), and
+the ONNX Runtime backend.
 """
 
 from backends.assemble import ArrayNamespace, concat_inputs, split_outputs
@@ -13,12 +14,36 @@ from backends.base import (
     TensorMap,
     TensorSignature,
 )
+from backends.device import (
+    Device,
+    DeviceKind,
+    cuda_available,
+    cuda_device_count,
+    cuda_memory_total_bytes,
+    device_memory,
+    import_cupy,
+    is_device_array,
+    on_host,
+)
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
-from backends.onnxruntime import OrtInstance, OrtSettings, prepare_inputs, read_onnx_signature
+from backends.onnxruntime import (
+    CudaOrtInstance,
+    OrtInstance,
+    OrtSettings,
+    Placement,
+    load_instance,
+    plan_placements,
+    prepare_inputs,
+    read_onnx_signature,
+)
+from backends.python import PythonInstance, PythonSettings
 
 __all__ = [
     "ArrayNamespace",
     "BackendError",
+    "CudaOrtInstance",
+    "Device",
+    "DeviceKind",
     "ExecutionError",
     "ExecutionResult",
     "Instance",
@@ -27,10 +52,22 @@ __all__ = [
     "ModelSignature",
     "OrtInstance",
     "OrtSettings",
+    "Placement",
+    "PythonInstance",
+    "PythonSettings",
     "Response",
     "TensorMap",
     "TensorSignature",
     "concat_inputs",
+    "cuda_available",
+    "cuda_device_count",
+    "cuda_memory_total_bytes",
+    "device_memory",
+    "import_cupy",
+    "is_device_array",
+    "load_instance",
+    "on_host",
+    "plan_placements",
     "prepare_inputs",
     "read_onnx_signature",
     "split_outputs",

@@ -19,7 +19,10 @@ Reproduce from a clean clone (Linux x86_64; perf_analyzer is downloaded on first
 Options: --models mlp,resnet18  --concurrency 1,8,32  --window-ms 2000 (perf_analyzer's
 measurement interval)  --streaming / --http (the `on` variant again over gRPC streaming / over
 HTTP/REST with binary tensors). A failed measurement (e.g. perf_analyzer finds no stable window)
-is shown as `-` and the run goes on.
+is shown as `-` and the run goes on. On a GPU machine (scripts/gpu_check.sh): --gpu serves every
+variant with KIND_GPU instances (the in-process limit, a CPU figure, is then skipped),
+--instances N sets the instance count of every variant, --nvml adds each row's mean GPU
+utilization, sampled through NVML while perf_analyzer runs.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -68,6 +71,9 @@ CONVOY_LINE = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
 FASTAPI_LINE = re.compile(r"serving HTTP on [\d.]+:(\d+)")
 ORDER = ("off", "on", "adaptive", "stream", "http", "fastapi")  # rows in table order
 ADAPTIVE = 'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }\n'
+# Each spec's one instance group, as its config writes it: count and kind.
+INSTANCE_GROUP = re.compile(r"^instance_group \[ \{ count: (\d+) kind: (\w+) \} \]$", re.MULTILINE)
+NVML_PERIOD_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,7 @@ class Row:
     concurrency: int  # requests in flight
     measured: Measurement | None
     avg_batch: float | None  # inferences per execution; None for fastapi or when unknown
+    gpu_utilization: float | None = None  # mean over the run, 0.0 - 1.0; None without --nvml
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +200,20 @@ class Machine:
         )
 
 
-def variant_config(spec: ModelSpec, batching: str) -> str:
+@dataclass(frozen=True, slots=True)
+class Placing:
+    """Where the served variants' instances run: the spec's own groups, or `count` of `kind`."""
+
+    kind: str = ""  # e.g. KIND_GPU; empty keeps each spec's instance_group
+    count: int = 0  # instances per variant; 0 keeps the spec's count
+
+
+def variant_config(spec: ModelSpec, batching: str, placing: Placing = Placing()) -> str:
     config = f'name: "{spec.name}_{batching}"\n{spec.config}'
+    found = INSTANCE_GROUP.search(config)
+    if found is not None and (placing.kind or placing.count):
+        count, kind = placing.count or found[1], placing.kind or found[2]
+        config = INSTANCE_GROUP.sub(f"instance_group [ {{ count: {count} kind: {kind} }} ]", config)
     if batching != "off":
         config += spec.dynamic_batching
     if batching == "adaptive":
@@ -202,7 +221,7 @@ def variant_config(spec: ModelSpec, batching: str) -> str:
     return config
 
 
-def build_repository(root: Path, specs: Sequence[ModelSpec]) -> Path:
+def build_repository(root: Path, specs: Sequence[ModelSpec], placing: Placing = Placing()) -> Path:
     """Write each ONNX file once under `root` and link it into every variant's model dir."""
     repo = root / "repository"
     for spec in specs:
@@ -210,7 +229,9 @@ def build_repository(root: Path, specs: Sequence[ModelSpec]) -> Path:
         onnx.save_model(spec.build(), onnx_path)
         for batching in spec.batchings:
             name = f"{spec.name}_{batching}"
-            model_dir = models.write_model(repo, name, None, variant_config(spec, batching))
+            model_dir = models.write_model(
+                repo, name, None, variant_config(spec, batching, placing)
+            )
             (model_dir / "1").mkdir()
             (model_dir / "1" / "model.onnx").symlink_to(onnx_path)
     return repo
@@ -338,9 +359,12 @@ def measure_convoy(
     window_ms: int,
     scratch: Path,
     front_ends: Sequence[str] = (),
+    *,
+    gpus: GpuUtilization | None = None,
 ) -> list[Row]:
     """Every variant over unary gRPC, then `on` once more over each extra front end (`stream`:
-    ModelStreamInfer, `http`: HTTP/REST with binary tensors), each a row of its own."""
+    ModelStreamInfer, `http`: HTTP/REST with binary tensors), each a row of its own; with `gpus`,
+    each row also has the GPUs' mean utilization during its run."""
     url = f"127.0.0.1:{ports[0]}"
     urls = {"grpc": url, "stream": url, "http": f"127.0.0.1:{ports[1]}"}
     client = grpcclient.InferenceServerClient(url)
@@ -352,16 +376,52 @@ def measure_convoy(
             for concurrency in concurrencies:
                 inferences_0, executions_0 = batch_counts(client, model)
                 csv_path = scratch / f"{batching}_{model}_{concurrency}.csv"
-                measured = run_perf_analyzer(
-                    urls[front_end], model, concurrency, window_ms, csv_path, front_end
-                )
+                with gpus.sampling() if gpus else nullcontext([]) as utilization:
+                    measured = run_perf_analyzer(
+                        urls[front_end], model, concurrency, window_ms, csv_path, front_end
+                    )
                 inferences_1, executions_1 = batch_counts(client, model)
                 executions = executions_1 - executions_0
                 avg_batch = (inferences_1 - inferences_0) / executions if executions else None
-                rows.append(Row(spec.name, batching, concurrency, measured, avg_batch))
+                busy = sum(utilization) / len(utilization) if utilization else None
+                rows.append(Row(spec.name, batching, concurrency, measured, avg_batch, busy))
                 _progress(rows[-1])
     client.close()
     return rows
+
+
+class GpuUtilization:
+    """Every GPU's utilization through NVML (nvidia-ml-py), sampled on a thread while a
+    measurement runs."""
+
+    def __init__(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+        self.names = [str(pynvml.nvmlDeviceGetName(h)) for h in self._handles]
+
+    @contextmanager
+    def sampling(self) -> Iterator[list[float]]:
+        """Yields the list the samples (mean over the GPUs, 0.0 - 1.0) accumulate in."""
+        samples: list[float] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(NVML_PERIOD_S):
+                rates = [self._nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles]
+                samples.append(sum(rates) / len(rates) / 100 if rates else 0.0)
+
+        thread = threading.Thread(target=sample, name="nvml", daemon=True)
+        thread.start()
+        try:
+            yield samples
+        finally:
+            stop.set()
+            thread.join()
 
 
 def _measure_http(url: str, body: bytes, concurrency: int) -> Measurement | None:
@@ -444,12 +504,18 @@ def _cells(row: Row) -> list[str]:
     m = row.measured
     numbers = [f"{m.infer_per_s:.1f}", f"{m.p50_ms:.2f}", f"{m.p99_ms:.2f}"] if m else ["-"] * 3
     avg_batch = f"{row.avg_batch:.2f}" if row.avg_batch is not None else "-"
-    return [row.model, row.batching, str(row.concurrency), *numbers, avg_batch]
+    cells = [row.model, row.batching, str(row.concurrency), *numbers, avg_batch]
+    if row.gpu_utilization is not None:
+        cells.append(f"{row.gpu_utilization:.0%}")
+    return cells
 
 
 def format_table(rows: Sequence[Row]) -> str:
     header = ["model", "batching", "conc", "infer/s", "p50 ms", "p99 ms", "avg batch"]
-    lines = [header, *(_cells(r) for r in rows)]
+    if any(r.gpu_utilization is not None for r in rows):
+        header.append("gpu util")
+    body = [_cells(r) for r in rows]
+    lines = [header, *(cells + [""] * (len(header) - len(cells)) for cells in body)]
     widths = [max(len(line[i]) for line in lines) + 2 for i in range(len(header))]
     return "\n".join(
         "".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines

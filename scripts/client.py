@@ -1,6 +1,9 @@
-"""Classify one image (or seeded noise) with an image model over gRPC using stock tritonclient.
+"""Classify an image with stock tritonclient over gRPC: seeded noise straight into resnet18, or an
+image file through the server's own pre-processing (`preprocess`, a Python-backend model).
 
 Usage: python scripts/client.py [--url 127.0.0.1:8001] [--model resnet18] [--image PATH]
+       python scripts/client.py --ensemble --image PATH   (one call to the `classify` ensemble:
+                                                          preprocess -> resnet18 -> label_head)
 """
 
 from __future__ import annotations
@@ -12,32 +15,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-INPUT_NAME = "input"
-OUTPUT_NAME = "output"
 IMAGE_SIZE = 224
-RESIZE_SHORT_SIDE = 256
-IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 TOP_K = 5
-
-
-def load_image(path: Path) -> np.ndarray:
-    """Resize the short side to 256, center-crop 224, ImageNet-normalise; returns [1,3,224,224]."""
-    try:
-        # Pillow is only needed for --image, so it is not a project dependency.
-        from PIL import Image
-    except ImportError:
-        sys.exit("--image needs Pillow: pip install pillow")
-    with Image.open(path) as image:
-        rgb = image.convert("RGB")
-    scale = RESIZE_SHORT_SIDE / min(rgb.size)
-    width, height = round(rgb.width * scale), round(rgb.height * scale)
-    rgb = rgb.resize((width, height), Image.Resampling.BILINEAR)
-    left, top = (width - IMAGE_SIZE) // 2, (height - IMAGE_SIZE) // 2
-    rgb = rgb.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
-    hwc = np.asarray(rgb, dtype=np.float32) / 255.0
-    normalised = (hwc - IMAGENET_MEAN) / IMAGENET_STD
-    return np.ascontiguousarray(normalised.transpose(2, 0, 1)[np.newaxis])
 
 
 def random_image(seed: int = 0) -> np.ndarray:
@@ -46,17 +25,31 @@ def random_image(seed: int = 0) -> np.ndarray:
     return rng.standard_normal((1, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
 
 
-def classify(url: str, model: str, batch: np.ndarray) -> np.ndarray:
-    """One ModelInfer call; returns the output scores, shape [1, classes]."""
-    client = grpcclient.InferenceServerClient(url)
-    infer_input = grpcclient.InferInput(INPUT_NAME, list(batch.shape), "FP32")
-    infer_input.set_data_from_numpy(batch)
-    outputs = [grpcclient.InferRequestedOutput(OUTPUT_NAME)]
-    result = client.infer(model, [infer_input], outputs=outputs)
-    scores: np.ndarray | None = result.as_numpy(OUTPUT_NAME)
-    if scores is None:
-        sys.exit(f"model {model!r} returned no tensor named {OUTPUT_NAME!r}")
-    return scores
+def infer(
+    client: grpcclient.InferenceServerClient,
+    model: str,
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+) -> dict[str, np.ndarray]:
+    """One ModelInfer call with the named arrays; returns the requested outputs."""
+    tensors = []
+    for name, array in inputs.items():
+        datatype = "BYTES" if array.dtype == object else "FP32"
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
+    result = client.infer(model, tensors, outputs=requested)
+    found = {name: result.as_numpy(name) for name in outputs}
+    missing = [name for name, array in found.items() if array is None]
+    if missing:
+        sys.exit(f"model {model!r} returned no tensor named {missing}")
+    return {name: array for name, array in found.items() if array is not None}
+
+
+def image_bytes(path: Path) -> np.ndarray:
+    """The file's bytes as a [1, 1] BYTES tensor (decoding happens on the server)."""
+    return np.array([[path.read_bytes()]], dtype=object)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,12 +57,33 @@ def main(argv: list[str] | None = None) -> int:
         description="Top-5 classes for an image from a Triton-style server."
     )
     parser.add_argument("--url", default="127.0.0.1:8001", help="gRPC host:port")
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--image", type=Path, help="image file; seeded noise when omitted")
+    parser.add_argument("--model", default="resnet18", help="image model (without --ensemble)")
+    parser.add_argument("--image", type=Path, help="JPEG or PNG file; seeded noise when omitted")
+    parser.add_argument(
+        "--ensemble",
+        nargs="?",
+        const="classify",
+        metavar="NAME",
+        help="send the image file to this ensemble in one call (default: classify)",
+    )
     args = parser.parse_args(argv)
+    client = grpcclient.InferenceServerClient(args.url)
 
-    batch = load_image(args.image) if args.image else random_image()
-    scores = classify(args.url, args.model, batch)[0]
+    if args.ensemble:
+        if args.image is None:
+            parser.error("--ensemble needs --image")
+        answer = infer(
+            client, args.ensemble, {"IMAGE": image_bytes(args.image)}, ["LABEL", "LOGITS"]
+        )
+        print(f"label {int(answer['LABEL'].ravel()[0])} (from ensemble {args.ensemble!r})")
+        scores = answer["LOGITS"][0]
+    else:
+        if args.image is not None:
+            pixels = infer(client, "preprocess", {"IMAGE": image_bytes(args.image)}, ["PIXELS"])
+            batch = pixels["PIXELS"]
+        else:
+            batch = random_image()
+        scores = infer(client, args.model, {"input": batch}, ["output"])["output"][0]
     for rank, index in enumerate(np.argsort(scores)[::-1][:TOP_K], start=1):
         print(f"{rank}. class {int(index):4d}  score {float(scores[index]):.4f}")
     return 0

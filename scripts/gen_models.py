@@ -1,4 +1,5 @@
-"""Write the example model repository: simple, simple_int32, mlp, resnet18, identity_bytes.
+"""Write the example model repository: simple, simple_int32, mlp, resnet18, identity_bytes, and
+the seed's pipeline: preprocess (Python backend) -> resnet18 -> label_head, served as `classify`.
 
 Usage: python scripts/gen_models.py [OUT_DIR] [--skip-existing]   (OUT_DIR defaults to `models`)
 """
@@ -94,12 +95,80 @@ output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
     return models.write_model(repo, "identity_bytes", models.bytes_identity(), config)
 
 
+def write_label_head(repo: Path) -> Path:
+    config = """\
+name: "label_head"
+backend: "onnxruntime"
+max_batch_size: 32
+input [ { name: "LOGITS" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+output [ { name: "LABEL" data_type: TYPE_INT64 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { }
+"""
+    return models.write_model(repo, "label_head", models.label_head(), config)
+
+
+def write_preprocess(repo: Path) -> Path:
+    config = """\
+name: "preprocess"
+backend: "python"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "PIXELS" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { }
+"""
+    source = (Path(__file__).parent / "python_models" / "preprocess.py").read_text()
+    return models.write_python_model(repo, "preprocess", source, config)
+
+
+def write_classify(repo: Path) -> Path:
+    config = """\
+name: "classify"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [
+  { name: "LABEL" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "LOGITS" data_type: TYPE_FP32 dims: [ 1000 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "preprocess"
+      model_version: -1
+      input_map { key: "IMAGE" value: "IMAGE" }
+      output_map { key: "PIXELS" value: "pixels" }
+    },
+    {
+      model_name: "resnet18"
+      model_version: -1
+      input_map { key: "input" value: "pixels" }
+      output_map { key: "output" value: "LOGITS" }
+    },
+    {
+      model_name: "label_head"
+      model_version: -1
+      input_map { key: "LOGITS" value: "LOGITS" }
+      output_map { key: "LABEL" value: "LABEL" }
+    }
+  ]
+}
+"""
+    # An ensemble has no model file, but, as in Triton, a version directory.
+    (repo / "classify" / "1").mkdir(parents=True, exist_ok=True)
+    return models.write_model(repo, "classify", None, config)
+
+
 EXAMPLES: tuple[tuple[str, Callable[[Path], Path]], ...] = (
     ("simple", write_simple),
     ("simple_int32", write_simple_int32),
     ("mlp", write_mlp),
     ("resnet18", write_resnet18),
     ("identity_bytes", write_identity_bytes),
+    ("label_head", write_label_head),
+    ("preprocess", write_preprocess),
+    ("classify", write_classify),
 )
 
 

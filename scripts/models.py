@@ -124,6 +124,23 @@ def mlp(seed: int = 0) -> onnx.ModelProto:
     return _model("mlp", g.nodes, inputs, outputs, g.initializers)
 
 
+def label_head(classes: int = 1000) -> onnx.ModelProto:
+    """FP32 LOGITS [batch, classes] -> ArgMax -> INT64 LABEL [batch, 1]: the seed's label head."""
+    nodes = [helper.make_node("ArgMax", ["LOGITS"], ["LABEL"], axis=1, keepdims=1, name="argmax")]
+    inputs = [helper.make_tensor_value_info("LOGITS", TensorProto.FLOAT, [BATCH_DIM, classes])]
+    outputs = [helper.make_tensor_value_info("LABEL", TensorProto.INT64, [BATCH_DIM, 1])]
+    return _model("label_head", nodes, inputs, outputs, [])
+
+
+def write_python_model(repo: Path, name: str, source: str, config_pbtxt: str) -> Path:
+    """Write `<repo>/<name>/config.pbtxt` and `<repo>/<name>/1/model.py` (a Python model)."""
+    version_dir = repo / name / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (repo / name / "config.pbtxt").write_text(config_pbtxt, encoding="utf-8")
+    (version_dir / "model.py").write_text(source, encoding="utf-8")
+    return repo / name
+
+
 def resnet18(seed: int = 0) -> onnx.ModelProto:
     """ResNet-18, BatchNorm folded into conv biases: [batch,3,224,224] -> [batch,1000] logits."""
     g = _GraphBuilder(np.random.default_rng(seed))

@@ -14,7 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from backends import cuda_available
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
+from server.cuda_shm import CudaSharedMemoryRegistry
 from server.engine import Engine
 from server.errors import ServerError
 from server.grpc import InferenceServicer
@@ -58,6 +60,8 @@ class App:
             self.repository, settings.strict_readiness, settings.lazy_load_timeout_s, self.tracer
         )
         self.shared_memory = SharedMemoryRegistry()
+        # Without a usable GPU the CUDA shared memory RPCs answer UNIMPLEMENTED, as before.
+        self.cuda_shared_memory = CudaSharedMemoryRegistry() if cuda_available() else None
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
         self.http_port = settings.http_port
@@ -81,6 +85,11 @@ class App:
                 convoy_version(),
                 self.settings.model_control_mode is ModelControlMode.EXPLICIT,
                 self.settings.max_message_bytes,
+                shm=self.shared_memory,
+                logs=self._logs,
+                trace=self.settings.trace,
+                restricted=self.settings.http_restricted,
+                cuda_shm=self.cuda_shared_memory,
             )
             self.http_port = await self._http.start(self.settings.host, self.settings.http_port)
         self._metrics_server: MetricsServer | None = None
@@ -126,6 +135,8 @@ class App:
         await self._server.stop(grace=1.0)
         await self.repository.unload_all(timeout_s=1.0)
         self.shared_memory.unregister()
+        if self.cuda_shared_memory is not None:
+            self.cuda_shared_memory.unregister()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.tracer is not None:
@@ -165,6 +176,7 @@ class App:
             self.settings.trace,
             self._logs,
             self.shared_memory,
+            cuda_shm=self.cuda_shared_memory,
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server

@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GROUPS:KEY=VALUE",
         help="RPC groups (e.g. model-repository) that need the header KEY with VALUE",
     )
+    serve.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        type=_restricted,
+        metavar="GROUPS:KEY=VALUE",
+        help="HTTP endpoint groups (the same as gRPC's) that need the header KEY with VALUE",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
     serve.add_argument("--http-port", type=int, default=8000, help="0 picks a free port")
@@ -226,6 +234,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         repository_poll_s=args.repository_poll_secs,
         load_models=tuple(args.load_model),
         restricted=tuple(args.grpc_restricted_protocol),
+        http_restricted=tuple(args.http_restricted_api),
         allow_cpu_metrics=args.allow_cpu_metrics,
         allow_gpu_metrics=args.allow_gpu_metrics,
         counter_latencies=dict(args.metrics_config).get("counter_latencies", True),

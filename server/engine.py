@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy.typing as npt
 
-from backends import BackendError
-from batching import BatchingError, QueueFullError, RequestResult, RequestTimeoutError
+from batching import RequestResult
+from server.ensemble import EnsembleResult
 from server.errors import ModelLoadFailedError, ModelNotReadyError, ServerStoppingError
 from server.inference import InferInput, InferOptions, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
+from server.scheduling import submit
 from server.tracing import RequestTracer, TracedRequest
 
 _log = logging.getLogger(__name__)
@@ -145,17 +146,15 @@ class Engine:
             result.instance,
         )
         if traced and self._tracer is not None:
+            span_ns = (arrived_ns + wall_offset_ns, done_ns + wall_offset_ns)
             self._tracer.record(
-                TracedRequest(
+                _traced(
                     model,
                     target.version,
                     request_id,
-                    arrived_ns + wall_offset_ns,
-                    done_ns + wall_offset_ns,
-                    done_ns - compute_ns + wall_offset_ns,
-                    done_ns + wall_offset_ns,
-                    result.batch_size,
-                    result.instance,
+                    result,
+                    span_ns=span_ns,
+                    wall_offset_ns=wall_offset_ns,
                 ),
                 carrier,
             )
@@ -171,32 +170,14 @@ class Engine:
     ) -> tuple[ModelVersion, RequestResult]:
         target = await self._target(model, version)
         arrays, batch_size = check_request(target.io, inputs, outputs)
-        if target.prepare is not None:
-            arrays = target.prepare(arrays)
-        start_ns = time.monotonic_ns()
         self._in_flight += 1
         self._idle.clear()
         try:
-            result = await target.batcher.infer(
-                arrays, batch_size, options.priority, options.timeout_us * 1000
-            )
-        except (QueueFullError, RequestTimeoutError):
-            target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
-            raise
-        except asyncio.CancelledError:
-            target.stats.record_failure(time.monotonic_ns() - start_ns, "CANCELED")
-            raise
-        except BackendError:
-            target.stats.record_failure(time.monotonic_ns() - start_ns, "BACKEND")
-            raise
-        except BatchingError:
-            target.stats.record_failure(time.monotonic_ns() - start_ns, "OTHER")
-            raise
+            result = await submit(target, arrays, batch_size, options)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
-        target.stats.record_success(result, time.monotonic_ns() - start_ns)
         return target, result
 
     async def _target(self, model: str, version: str) -> ModelVersion:
@@ -217,6 +198,45 @@ class Engine:
                 f"model '{model}' was evicted and failed to load: {exc}"
             ) from exc
         return self.repository.get(model, version)
+
+
+def _traced(
+    model: str,
+    version: int,
+    request_id: str,
+    result: RequestResult,
+    *,
+    span_ns: tuple[int, int],
+    wall_offset_ns: int,
+) -> TracedRequest:
+    """A finished request's spans (`span_ns`: its wall-clock start and end): its compute at the
+    end of that time, or, for an ensemble, one span per step."""
+    start_ns, end_ns = span_ns
+    if isinstance(result, EnsembleResult):
+        steps = tuple(
+            _traced(
+                step.model,
+                step.version,
+                request_id,
+                step.result,
+                span_ns=(step.start_ns + wall_offset_ns, step.end_ns + wall_offset_ns),
+                wall_offset_ns=wall_offset_ns,
+            )
+            for step in result.steps
+        )
+        return TracedRequest(model, version, request_id, start_ns, end_ns, steps=steps)
+    compute_ns = result.compute_input_ns + result.compute_infer_ns + result.compute_output_ns
+    return TracedRequest(
+        model,
+        version,
+        request_id,
+        start_ns,
+        end_ns,
+        end_ns - compute_ns,
+        end_ns,
+        result.batch_size,
+        result.instance,
+    )
 
 
 def _response(target: ModelVersion, produced: Any, requested: Sequence[str]) -> InferResponse:

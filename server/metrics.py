@@ -75,7 +75,7 @@ _FAMILIES: tuple[tuple[str, str, str, Callable[[ModelVersion], float]], ...] = (
         "nv_inference_pending_request_count",
         "gauge",
         "Requests received and not yet executing",
-        lambda v: v.batcher.queue_depth,
+        lambda v: v.scheduler.queue_depth,
     ),
 )
 
@@ -211,14 +211,17 @@ class CpuSampler:
 
 
 class GpuSampler:
-    """Per-GPU utilization and memory through NVML, labelled by `gpu_uuid` as Triton's.
+    """Per-GPU utilization, memory, power and energy through NVML, labelled by `gpu_uuid` under
+    Triton's names.
 
     NVML (the `nvidia-ml-py` package of the `gpu` extra) is imported lazily; without it, or
-    without a driver, there are simply no GPU metrics.
+    without a driver, there are simply no GPU metrics. A reading a device does not support (power
+    on some boards) leaves out that one sample.
     """
 
     def __init__(self) -> None:
         self._nvml: Any = None
+        self._energy_start_mj: dict[int, int] = {}  # per device, at start: Triton counts from there
         try:
             import pynvml
         except ImportError:  # a CPU install: no GPU metrics
@@ -228,24 +231,73 @@ class GpuSampler:
         except pynvml.NVMLError:  # no driver or no device
             return
         self._nvml = pynvml
+        for index in range(self._count()):
+            handle = self._read(pynvml.nvmlDeviceGetHandleByIndex, index)
+            energy = (
+                self._read(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle) if handle else None
+            )
+            if energy is not None:
+                self._energy_start_mj[index] = int(energy)
 
     def families(self) -> Iterator[Metric]:
         if self._nvml is None:
             return
         nvml = self._nvml
-        utilization = Metric("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0]", "gauge")
-        total = Metric("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge")
-        used = Metric("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge")
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = nvml.nvmlDeviceGetUUID(handle)
+        families = {
+            name: Metric(name, text, "gauge" if name != "nv_energy_consumption" else "counter")
+            for name, text in _GPU_FAMILIES.items()
+        }
+        for index in range(self._count()):
+            handle = self._read(nvml.nvmlDeviceGetHandleByIndex, index)
+            if handle is None:
+                continue
+            uuid = self._read(nvml.nvmlDeviceGetUUID, handle) or str(index)
             labels = {"gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid)}
-            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            utilization.add_sample(utilization.name, labels, rates.gpu / 100)
-            total.add_sample(total.name, labels, memory.total)
-            used.add_sample(used.name, labels, memory.used)
-        yield from (utilization, total, used)
+            for name, value in self._readings(handle, index).items():
+                if value is not None:
+                    families[name].add_sample(name, labels, value)
+        yield from families.values()
+
+    def _readings(self, handle: Any, index: int) -> dict[str, float | None]:
+        nvml = self._nvml
+        rates = self._read(nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = self._read(nvml.nvmlDeviceGetMemoryInfo, handle)
+        power_mw = self._read(nvml.nvmlDeviceGetPowerUsage, handle)
+        limit_mw = self._read(nvml.nvmlDeviceGetPowerManagementLimit, handle)
+        energy_mj = self._read(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        start_mj = self._energy_start_mj.get(index)
+        return {
+            "nv_gpu_utilization": None if rates is None else rates.gpu / 100,
+            "nv_gpu_memory_total_bytes": None if memory is None else memory.total,
+            "nv_gpu_memory_used_bytes": None if memory is None else memory.used,
+            "nv_gpu_power_usage": None if power_mw is None else power_mw / 1000,
+            "nv_gpu_power_limit": None if limit_mw is None else limit_mw / 1000,
+            "nv_energy_consumption": (
+                None if energy_mj is None or start_mj is None else (energy_mj - start_mj) / 1000
+            ),
+        }
+
+    def _count(self) -> int:
+        count = self._read(self._nvml.nvmlDeviceGetCount)
+        return int(count) if count is not None else 0
+
+    def _read(self, call: Callable[..., Any], *args: Any) -> Any:
+        """One NVML reading, or None where the device does not support it (or is gone)."""
+        try:
+            return call(*args)
+        except self._nvml.NVMLError:
+            return None
+
+
+# Triton's GPU metric families and their help texts (power in watts, energy in joules).
+_GPU_FAMILIES = {
+    "nv_gpu_utilization": "GPU utilization rate [0.0 - 1.0]",
+    "nv_gpu_memory_total_bytes": "GPU total memory, in bytes",
+    "nv_gpu_memory_used_bytes": "GPU used memory, in bytes",
+    "nv_gpu_power_usage": "GPU power usage in watts",
+    "nv_gpu_power_limit": "GPU power management limit in watts",
+    "nv_energy_consumption": "GPU energy consumption in joules since the Convoy server started",
+}
 
 
 def _meminfo() -> tuple[int, int] | None:

@@ -22,10 +22,11 @@ class ModelControlMode(Enum):
 
 @dataclass(frozen=True, slots=True)
 class RestrictedProtocol:
-    """RPC groups that need a header with a given value (Triton's --grpc-restricted-protocol)."""
+    """Protocol groups that need a header with a given value (Triton's
+    --grpc-restricted-protocol and --http-restricted-api)."""
 
     groups: frozenset[str]  # e.g. {"model-repository"}
-    header: str  # lower-case gRPC metadata key
+    header: str  # lower-case gRPC metadata key or HTTP header name
     value: str
 
 
@@ -48,7 +49,8 @@ class ServerSettings:
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     repository_poll_s: float = 15.0  # poll mode: seconds between scans
     load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*": every model)
-    restricted: tuple[RestrictedProtocol, ...] = field(default=())
+    restricted: tuple[RestrictedProtocol, ...] = field(default=())  # gRPC
+    http_restricted: tuple[RestrictedProtocol, ...] = field(default=())
     allow_cpu_metrics: bool = True  # nv_cpu_utilization, nv_cpu_memory_*_bytes
     allow_gpu_metrics: bool = True  # nv_gpu_* through NVML, where present
     counter_latencies: bool = True  # Triton's *_duration_us counters (--metrics-config)

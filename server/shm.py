@@ -66,18 +66,16 @@ class SharedMemoryRegistry:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         """A copy of `byte_size` bytes at `offset` within the region."""
         region = self._region(name)
-        start = self._bounds(region, offset, byte_size)
+        check_bounds(name, region.byte_size, offset, byte_size)
+        start = region.offset + offset
         return region.mapping[start : start + byte_size]
 
     def write(self, name: str, offset: int, byte_size: int, data: bytes) -> None:
         """Write `data` at `offset`; it must fit in `byte_size` and in the region."""
         region = self._region(name)
-        if len(data) > byte_size:
-            raise InvalidInputError(
-                f"shared memory region '{name}': the output needs {len(data)} bytes, but only "
-                f"{byte_size} were given for it"
-            )
-        start = self._bounds(region, offset, byte_size)
+        check_fits(name, len(data), byte_size)
+        check_bounds(name, region.byte_size, offset, byte_size)
+        start = region.offset + offset
         region.mapping[start : start + len(data)] = data
 
     def _region(self, name: str) -> Region:
@@ -86,11 +84,21 @@ class SharedMemoryRegistry:
             raise RegionNotFoundError(f"Unable to find system shared memory region: '{name}'")
         return region
 
-    @staticmethod
-    def _bounds(region: Region, offset: int, byte_size: int) -> int:
-        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
-            raise InvalidInputError(
-                f"shared memory region '{region.name}': offset {offset} and byte size "
-                f"{byte_size} fall outside its {region.byte_size} bytes"
-            )
-        return region.offset + offset
+
+def check_bounds(name: str, region_byte_size: int, offset: int, byte_size: int) -> None:
+    """`byte_size` bytes at `offset` must lie within a region of `region_byte_size` bytes (system
+    and CUDA shared memory alike)."""
+    if offset < 0 or byte_size < 0 or offset + byte_size > region_byte_size:
+        raise InvalidInputError(
+            f"shared memory region '{name}': offset {offset} and byte size {byte_size} fall "
+            f"outside its {region_byte_size} bytes"
+        )
+
+
+def check_fits(name: str, needed_bytes: int, byte_size: int) -> None:
+    """An output of `needed_bytes` must fit in the `byte_size` bytes given for it."""
+    if needed_bytes > byte_size:
+        raise InvalidInputError(
+            f"shared memory region '{name}': the output needs {needed_bytes} bytes, but only "
+            f"{byte_size} were given for it"
+        )

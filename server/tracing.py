@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -101,6 +102,7 @@ class TracedRequest:
     batch_size: int = 0
     instance: str = ""
     error: str = ""
+    steps: tuple[TracedRequest, ...] = ()  # an ensemble's steps, each a span below its model
 
 
 class RequestTracer:
@@ -140,20 +142,22 @@ class RequestTracer:
         root = self._tracer.start_span(
             "InferRequest", context=parent, kind=SpanKind.SERVER, start_time=request.start_ns
         )
-        attributes: dict[str, str | int] = {
-            "triton.model_name": request.model,
-            "triton.model_version": request.version,
-            "triton.request_id": request.request_id,
-        }
-        root.set_attributes(attributes)
-        context = trace.set_span_in_context(root)
+        root.set_attributes(_attributes(request))
+        self._model_span(request, trace.set_span_in_context(root))
+        if request.error:
+            root.set_status(Status(StatusCode.ERROR, request.error))
+        root.end(end_time=request.end_ns)
+
+    def _model_span(self, request: TracedRequest, context: Context) -> None:
+        attributes = _attributes(request)
         model = self._tracer.start_span(
             request.model, context=context, start_time=request.start_ns, attributes=attributes
         )
+        inner = trace.set_span_in_context(model)
         if request.compute_start_ns is not None and request.compute_end_ns is not None:
             compute = self._tracer.start_span(
                 "compute",
-                context=trace.set_span_in_context(model),
+                context=inner,
                 start_time=request.compute_start_ns,
                 attributes={
                     **attributes,
@@ -162,14 +166,22 @@ class RequestTracer:
                 },
             )
             compute.end(end_time=request.compute_end_ns)
+        for step in request.steps:
+            self._model_span(step, inner)
         if request.error:
-            for span in (model, root):
-                span.set_status(Status(StatusCode.ERROR, request.error))
+            model.set_status(Status(StatusCode.ERROR, request.error))
         model.end(end_time=request.end_ns)
-        root.end(end_time=request.end_ns)
 
     def shutdown(self) -> None:
         self._provider.shutdown()  # flushes what is queued
+
+
+def _attributes(request: TracedRequest) -> dict[str, str | int]:
+    return {
+        "triton.model_name": request.model,
+        "triton.model_version": request.version,
+        "triton.request_id": request.request_id,
+    }
 
 
 def _exporter(settings: TraceSettings) -> SpanExporter:

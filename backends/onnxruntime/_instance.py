@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +16,13 @@ import onnxruntime as ort
 
 from backends.assemble import concat_inputs, split_outputs
 from backends.base import ExecutionResult, ModelSignature, TensorMap, TensorSignature
+from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from backends.onnxruntime._settings import OrtSettings
 from proto import model_config_pb2 as mc
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16; the onnx package is not a runtime dependency
+_CPU = Device.cpu()
 
 # ONNX Runtime's type strings -> config data types.
 _ORT_TYPES: dict[str, int] = {
@@ -78,6 +80,11 @@ class OrtInstance:
     def signature(self) -> ModelSignature:
         return self._signature
 
+    @property
+    def provider_options(self) -> dict[str, dict[str, str]]:
+        """The execution providers the session really runs with, and their options."""
+        return dict(self._session.get_provider_options())
+
     async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._worker, self._run, requests)
@@ -88,10 +95,7 @@ class OrtInstance:
     def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
         # Assembly runs here, on the instance's worker, not on the event loop.
         try:
-            start_ns = time.monotonic_ns()
-            inputs = concat_inputs(requests)
-            run = self._run_plain if self._uses_strings else self._run_bound
-            result = run(inputs, start_ns)
+            result = self._run_batch(requests, time.monotonic_ns())
             if len(requests) == 1:
                 return ExecutionResult([result.outputs], *result.timings)
             sizes = [len(next(iter(request.values()))) for request in requests]
@@ -101,18 +105,17 @@ class OrtInstance:
         except Exception as exc:
             raise ExecutionError(f"instance '{self._name}': {exc}") from exc
 
-    def _run_bound(self, inputs: TensorMap, start_ns: int) -> _Batched:
+    def _run_batch(self, requests: Sequence[TensorMap], start_ns: int) -> Batched:
+        """Assemble the batch and run it; device-origin inputs (CUDA shared memory) come to the
+        host first, since this session computes there."""
+        inputs = concat_inputs([host_tensors(request) for request in requests])
+        run = self._run_plain if self._uses_strings else self._run_bound
+        return run(inputs, start_ns)
+
+    def _run_bound(self, inputs: TensorMap, start_ns: int) -> Batched:
         binding = self._session.io_binding()
-        for name, array in inputs.items():
-            if name in self._bf16_inputs:
-                value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                    np.ascontiguousarray(array), _ONNX_BFLOAT16
-                )
-                binding.bind_ortvalue_input(name, value)
-            else:
-                binding.bind_cpu_input(name, np.ascontiguousarray(array))
-        for name in self._output_names:
-            binding.bind_output(name, "cpu")
+        contiguous = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
+        bind_batch(binding, contiguous, self._output_names, _CPU, self._bf16_inputs)
         bound_ns = time.monotonic_ns()
         self._session.run_with_iobinding(binding)
         ran_ns = time.monotonic_ns()
@@ -121,9 +124,9 @@ class OrtInstance:
             for name, value in zip(self._output_names, binding.get_outputs(), strict=True)
         }
         done_ns = time.monotonic_ns()
-        return _Batched(outputs, (bound_ns - start_ns, ran_ns - bound_ns, done_ns - ran_ns))
+        return Batched(outputs, (bound_ns - start_ns, ran_ns - bound_ns, done_ns - ran_ns))
 
-    def _run_plain(self, inputs: TensorMap, start_ns: int) -> _Batched:
+    def _run_plain(self, inputs: TensorMap, start_ns: int) -> Batched:
         feed = prepare_inputs(inputs)
         fed_ns = time.monotonic_ns()
         values = self._session.run(self._output_names, feed)
@@ -133,15 +136,34 @@ class OrtInstance:
             for name, value in zip(self._output_names, values, strict=True)
         }
         done_ns = time.monotonic_ns()
-        return _Batched(outputs, (fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns))
+        return Batched(outputs, (fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns))
 
 
 @dataclass(frozen=True, slots=True)
-class _Batched:
+class Batched:
     """One run over the assembled batch, before its outputs are split per request."""
 
     outputs: dict[str, np.ndarray]
     timings: tuple[int, int, int]  # input, infer and output ns
+
+
+def bind_batch(
+    binding: ort.IOBinding,
+    inputs: Mapping[str, Any],
+    output_names: Sequence[str],
+    device: Device,
+    bf16_inputs: Collection[str] = (),
+) -> None:
+    """Bind a batch's inputs by address where they live, and its outputs on `device`: C-contiguous
+    NumPy arrays on the CPU, CuPy arrays on a CUDA device. The arrays must stay alive until the
+    run is done; BF16 inputs are uint16 bits bound with the ONNX BFLOAT16 element type."""
+    kind = device.kind.value
+    for name, array in inputs.items():
+        address = array.data.ptr if device.is_cuda else array.ctypes.data
+        element_type = _ONNX_BFLOAT16 if name in bf16_inputs else array.dtype
+        binding.bind_input(name, kind, device.id, element_type, list(array.shape), address)
+    for name in output_names:
+        binding.bind_output(name, kind, device.id)
 
 
 def read_onnx_signature(session: ort.InferenceSession) -> ModelSignature:

@@ -14,6 +14,7 @@ from backends import BackendError
 from batching import BatchingError
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
+from server.cuda_shm import NO_CUDA_SHM, CudaSharedMemoryRegistry
 from server.engine import Engine
 from server.errors import (
     InvalidInputError,
@@ -57,7 +58,6 @@ EXTENSIONS = (
 )
 
 _NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
-_NO_CUDA_SHM = "CUDA shared memory is not supported yet"
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
@@ -111,16 +111,6 @@ def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
     return wrapper
 
 
-def _refuse(rpc: str, error: type[ServerError], message: str) -> _Handler[Any, Any]:
-    """A handler for an RPC this server answers only with an error (in this mode, or yet)."""
-
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        raise error(message)
-
-    handler.__name__ = rpc
-    return _edge(handler)
-
-
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
     # In-band, as Triton: the stream goes on; the id tells the client which request failed.
     return pb.ModelStreamInferResponse(
@@ -159,6 +149,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         trace: TraceSettings | None = None,
         logs: LogControl | None = None,
         shm: SharedMemoryRegistry | None = None,
+        cuda_shm: CudaSharedMemoryRegistry | None = None,
     ) -> None:
         self._engine = engine
         self._repository = engine.repository
@@ -168,11 +159,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._trace = trace or TraceSettings()
         self._logs = logs
         self._shm = shm
+        self._cuda_shm = cuda_shm  # None: no usable GPU, the CUDA RPCs answer UNIMPLEMENTED
 
     def _registry(self) -> SharedMemoryRegistry:
         if self._shm is None:
             raise UnsupportedError(_NO_SYSTEM_SHM)
         return self._shm
+
+    def _cuda_registry(self) -> CudaSharedMemoryRegistry:
+        if self._cuda_shm is None:
+            raise UnsupportedError(NO_CUDA_SHM)
+        return self._cuda_shm
 
     def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
         rules = [rule for rule in self._restricted if group in rule.groups]
@@ -254,17 +251,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request, context)
 
     async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        locations = output_locations(request, self._shm)
+        locations = output_locations(request, self._shm, self._cuda_shm)
         response = await self._engine.infer(
             request.model_name,
             request.model_version,
-            decode_inputs(request, self._shm),
+            decode_inputs(request, self._shm, self._cuda_shm),
             requested_outputs(request),
             infer_options(request),
             request.id,
             _trace_headers(context) if self._engine.tracing else None,
         )
-        return encode_response(response, request.id, locations, self._shm)
+        return encode_response(response, request.id, locations, self._shm, self._cuda_shm)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -324,7 +321,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.RepositoryModelUnloadResponse:
         if not self._model_control:
             raise ModelControlDisabledError()
-        await self._repository.unload(request.model_name)
+        dependents = request.parameters.get("unload_dependents")
+        await self._repository.unload(
+            request.model_name, unload_dependents=dependents is not None and dependents.bool_param
+        )
         return pb.RepositoryModelUnloadResponse()
 
     @_edge
@@ -358,11 +358,35 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._registry().unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    CudaSharedMemoryStatus = _refuse("CudaSharedMemoryStatus", UnsupportedError, _NO_CUDA_SHM)
-    CudaSharedMemoryRegister = _refuse("CudaSharedMemoryRegister", UnsupportedError, _NO_CUDA_SHM)
-    CudaSharedMemoryUnregister = _refuse(
-        "CudaSharedMemoryUnregister", UnsupportedError, _NO_CUDA_SHM
-    )
+    @_edge
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        status = pb.CudaSharedMemoryStatusResponse
+        return status(
+            regions={
+                region.name: status.RegionStatus(
+                    name=region.name, device_id=region.device_id, byte_size=region.byte_size
+                )
+                for region in self._cuda_registry().status(request.name)
+            }
+        )
+
+    @_edge
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self._cuda_registry().register(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_edge
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._cuda_registry().unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     @_edge
     async def TraceSetting(

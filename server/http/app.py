@@ -1,32 +1,41 @@
 """`HttpFrontEnd`: Triton's HTTP/REST v2 routes on aiohttp, in the server's event loop; thin:
-JSON -> domain call -> JSON, the same calls the gRPC servicer makes."""
+JSON -> domain call -> JSON, the same calls the gRPC servicer makes. Routes of a protocol group
+named by `--http-restricted-api` need its header."""
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
 from backends import BackendError
 from batching import BatchingError
 from proto import grpc_service_pb2 as pb
+from server.cuda_shm import CudaSharedMemoryRegistry
 from server.engine import Engine
-from server.errors import InvalidInputError, ModelControlDisabledError, ServerError
+from server.errors import (
+    InvalidInputError,
+    ModelControlDisabledError,
+    RestrictedError,
+    ServerError,
+)
+from server.http.admin import AdminRoutes, load_request
 from server.http.codec import (
     HEADER_LENGTH,
     decode_inputs,
     encode_response,
     infer_options,
-    load_request,
+    output_locations,
     parse_json,
     requested_outputs,
     split_body,
+    trace_carrier,
 )
+from server.http.generate import GenerateRoutes
 from server.http.messages import message_json
 from server.http.status import http_status_for
+from server.logs import LogControl
 from server.messages import (
     index_entries,
     load_parameters,
@@ -34,7 +43,9 @@ from server.messages import (
     model_statistics,
     statistics_targets,
 )
-from server.tracing import TRACE_HEADERS
+from server.settings import RestrictedProtocol
+from server.shm import SharedMemoryRegistry
+from server.tracing import TraceSettings
 
 _log = logging.getLogger(__name__)
 
@@ -46,15 +57,12 @@ HTTP_EXTENSIONS = (
     "parameters",
     "statistics",
     "binary_tensor_data",
+    "system_shared_memory",
+    "trace",
+    "logging",
 )
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _json(value: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(value).encode("utf-8"), status=status, content_type="application/json"
-    )
 
 
 @web.middleware
@@ -65,46 +73,102 @@ async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse
     except web.HTTPException:
         raise
     except (ServerError, BackendError, BatchingError) as exc:
-        return _json({"error": str(exc)}, http_status_for(exc))
+        return web.json_response({"error": str(exc)}, status=http_status_for(exc))
     except Exception as exc:
         _log.exception("%s %s failed unexpectedly", request.method, request.path)
-        return _json({"error": f"internal error: {exc}"}, 500)
+        return web.json_response({"error": f"internal error: {exc}"}, status=500)
 
 
 def _model(request: web.Request) -> tuple[str, str]:
     return request.match_info["model"], request.match_info.get("version", "")
 
 
+def _guarded(handler: _Handler, rules: Sequence[RestrictedProtocol]) -> _Handler:
+    """The handler behind its group's headers; a missing or wrong one is 403, as Triton's."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        for rule in rules:
+            if request.headers.get(rule.header) != rule.value:
+                raise RestrictedError(f"This API is restricted, expecting header '{rule.header}'")
+        return await handler(request)
+
+    return guarded
+
+
 class HttpFrontEnd:
     """Every route this server answers over HTTP; started and stopped by `App`."""
 
     def __init__(
-        self, engine: Engine, version: str, model_control: bool, max_body_bytes: int
+        self,
+        engine: Engine,
+        version: str,
+        model_control: bool,
+        max_body_bytes: int,
+        *,
+        shm: SharedMemoryRegistry,
+        logs: LogControl | None = None,
+        trace: TraceSettings | None = None,
+        restricted: Sequence[RestrictedProtocol] = (),
+        cuda_shm: CudaSharedMemoryRegistry | None = None,
     ) -> None:
         self._engine = engine
         self._repository = engine.repository
         self._version = version
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._max_body_bytes = max_body_bytes
+        self._shm = shm
+        self._admin = AdminRoutes(self._repository, shm, trace or TraceSettings(), logs, cuda_shm)
+        self._generate = GenerateRoutes(engine)
+        self._restricted = tuple(restricted)
         self._runner: web.AppRunner | None = None
+
+    def routes(self) -> list[tuple[str, str, _Handler, str]]:
+        """(method, path, handler, protocol group) of every route, as Triton's URLs."""
+        admin = self._admin
+        table: list[tuple[str, str, _Handler, str]] = [
+            ("GET", "/v2/health/live", self.live, "health"),
+            ("GET", "/v2/health/ready", self.ready, "health"),
+            ("GET", "/v2", self.server_metadata, "metadata"),
+            ("GET", "/v2/models/stats", self.statistics, "statistics"),
+            ("POST", "/v2/repository/index", self.repository_index, "model-repository"),
+            ("POST", "/v2/repository/models/{model}/load", self.load, "model-repository"),
+            ("POST", "/v2/repository/models/{model}/unload", self.unload, "model-repository"),
+            ("GET", "/v2/trace/setting", admin.trace_setting, "trace"),
+            ("POST", "/v2/trace/setting", admin.trace_setting, "trace"),
+            ("GET", "/v2/models/{model}/trace/setting", admin.trace_setting, "trace"),
+            ("POST", "/v2/models/{model}/trace/setting", admin.trace_setting, "trace"),
+            ("GET", "/v2/logging", admin.logging, "logging"),
+            ("POST", "/v2/logging", admin.logging, "logging"),
+        ]
+        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            table += [
+                ("GET", prefix, self.model_metadata, "metadata"),
+                ("GET", f"{prefix}/ready", self.model_ready, "health"),
+                ("GET", f"{prefix}/config", self.model_config, "model-config"),
+                ("GET", f"{prefix}/stats", self.statistics, "statistics"),
+                ("POST", f"{prefix}/infer", self.infer, "inference"),
+                ("POST", f"{prefix}/generate", self._generate.generate, "inference"),
+                ("POST", f"{prefix}/generate_stream", self._generate.stream, "inference"),
+            ]
+        system, cuda = "/v2/systemsharedmemory", "/v2/cudasharedmemory"
+        for base, status, register, unregister in (
+            (system, admin.shm_status, admin.shm_register, admin.shm_unregister),
+            (cuda, admin.cuda_shm, admin.cuda_shm, admin.cuda_shm),  # refused, as over gRPC
+        ):
+            table += [
+                ("GET", f"{base}/status", status, "shared-memory"),
+                ("GET", f"{base}/region/{{region}}/status", status, "shared-memory"),
+                ("POST", f"{base}/region/{{region}}/register", register, "shared-memory"),
+                ("POST", f"{base}/unregister", unregister, "shared-memory"),
+                ("POST", f"{base}/region/{{region}}/unregister", unregister, "shared-memory"),
+            ]
+        return table
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self._max_body_bytes, middlewares=[_errors])
-        model = "/v2/models/{model}"
-        versioned = "/v2/models/{model}/versions/{version}"
-        app.router.add_get("/v2/health/live", self.live)
-        app.router.add_get("/v2/health/ready", self.ready)
-        app.router.add_get("/v2", self.server_metadata)
-        app.router.add_get("/v2/models/stats", self.statistics)
-        app.router.add_post("/v2/repository/index", self.repository_index)
-        app.router.add_post("/v2/repository/models/{model}/load", self.load)
-        app.router.add_post("/v2/repository/models/{model}/unload", self.unload)
-        for prefix in (model, versioned):
-            app.router.add_get(prefix, self.model_metadata)
-            app.router.add_get(f"{prefix}/ready", self.model_ready)
-            app.router.add_get(f"{prefix}/config", self.model_config)
-            app.router.add_get(f"{prefix}/stats", self.statistics)
-            app.router.add_post(f"{prefix}/infer", self.infer)
+        for method, path, handler, group in self.routes():
+            rules = [rule for rule in self._restricted if group in rule.groups]
+            app.router.add_route(method, path, _guarded(handler, rules) if rules else handler)
         return app
 
     async def start(self, host: str, port: int) -> int:
@@ -130,7 +194,7 @@ class HttpFrontEnd:
         return web.Response(status=200 if ready else 400)
 
     async def server_metadata(self, request: web.Request) -> web.Response:
-        return _json(
+        return web.json_response(
             {"name": "convoy", "version": self._version, "extensions": list(HTTP_EXTENSIONS)}
         )
 
@@ -139,24 +203,24 @@ class HttpFrontEnd:
         target = self._repository.get(name, version)
         # As Triton: a named version lists only itself, an empty one every ready version.
         versions = [target.version] if version else sorted(self._repository.entry(name).ready)
-        return _json(message_json(model_metadata(target, versions)))
+        return web.json_response(message_json(model_metadata(target, versions)))
 
     async def model_config(self, request: web.Request) -> web.Response:
         target = self._repository.get(*_model(request))
-        return _json(message_json(target.config))
+        return web.json_response(message_json(target.config))
 
     async def statistics(self, request: web.Request) -> web.Response:
         name = request.match_info.get("model", "")
         version = request.match_info.get("version", "")
         versions = statistics_targets(self._repository, name, version)
         answer = pb.ModelStatisticsResponse(model_stats=[model_statistics(v) for v in versions])
-        return _json(message_json(answer))
+        return web.json_response(message_json(answer))
 
     async def repository_index(self, request: web.Request) -> web.Response:
         body = parse_json(await request.read())
         ready_only = body.get("ready", False) is True
         entries = index_entries(self._repository.index(), ready_only=ready_only)
-        return _json([message_json(entry) for entry in entries])
+        return web.json_response([message_json(entry) for entry in entries])
 
     async def load(self, request: web.Request) -> web.Response:
         if not self._model_control:
@@ -179,21 +243,19 @@ class HttpFrontEnd:
         if not isinstance(request_id, str):
             raise InvalidInputError(f"request 'id' must be a string, got {request_id!r:.80}")
         outputs, binary_outputs = requested_outputs(body)
-        carrier = (
-            {key: request.headers[key] for key in TRACE_HEADERS if key in request.headers}
-            if self._engine.tracing
-            else None
-        )
+        locations = output_locations(body)
         response = await self._engine.infer(
             name,
             version,
-            decode_inputs(body, binary, name),
+            decode_inputs(body, binary, name, self._shm),
             outputs,
             infer_options(body),
             request_id,
-            carrier,
+            trace_carrier(request.headers) if self._engine.tracing else None,
         )
-        data, header_length = encode_response(response, request_id, binary_outputs)
+        data, header_length = encode_response(
+            response, request_id, binary_outputs, locations, self._shm
+        )
         if header_length is None:
             return web.Response(body=data, content_type="application/json")
         return web.Response(

@@ -1,10 +1,9 @@
-"""Tensors between Triton's HTTP/REST JSON and NumPy, with the binary tensor data extension:
-a JSON header of `Inference-Header-Content-Length` bytes, then each binary tensor in order."""
+"""Tensors between Triton's HTTP/REST JSON and NumPy, with the binary tensor data extension (a
+JSON header of `Inference-Header-Content-Length` bytes, then each binary tensor in order) and
+system shared memory (`shared_memory_region` / `_offset` / `_byte_size` tensor parameters)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -12,15 +11,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from proto import grpc_service_pb2 as pb
+from backends import on_host
 from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions
+from server.shm import SharedMemoryRegistry
+from server.tracing import TRACE_HEADERS
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 
 JsonObject = dict[str, Any]
+ShmLocation = tuple[str, int, int]  # (region, offset, byte_size)
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[JsonObject, bytes]:
@@ -39,6 +42,11 @@ def split_body(body: bytes, header_length: str | None) -> tuple[JsonObject, byte
                 f"{HEADER_LENGTH} is {length}, but the body holds {len(body)} bytes"
             )
     return parse_json(body[:length]), body[length:]
+
+
+def trace_carrier(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request's W3C trace context headers."""
+    return {key: headers[key] for key in TRACE_HEADERS if key in headers}
 
 
 def parse_json(data: bytes) -> JsonObject:
@@ -61,19 +69,45 @@ def _field(holder: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _parameters(holder: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+def parameters_of(holder: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """A tensor's (or body's) `parameters` object, empty when absent."""
     parameters = holder.get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidInputError(f"{where}: 'parameters' must be a JSON object")
-    if "shared_memory_region" in parameters:
-        raise UnsupportedError(f"{where}: shared memory is not supported over HTTP yet")
     if "classification" in parameters:
         raise UnsupportedError(f"{where}: the classification extension is not supported yet")
     return parameters
 
 
-def decode_inputs(request: JsonObject, binary: bytes, model: str) -> list[InferInput]:
-    """The request's input tensors as arrays; binary ones take their bytes in order."""
+def _shm_location(parameters: Mapping[str, Any], where: str) -> ShmLocation | None:
+    """(region, offset, byte_size) when a tensor's parameters place it in shared memory."""
+    if "shared_memory_region" not in parameters:
+        return None
+    region = _field(parameters, "shared_memory_region", str, where)
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidInputError(
+            f"{where} names shared memory region '{region}' without shared_memory_byte_size"
+        )
+    values = []
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        value = _field(parameters, key, int, where) if key in parameters else 0
+        if value < 0:
+            raise InvalidInputError(f"{where}: '{key}' must be >= 0, got {value}")
+        values.append(value)
+    return region, values[0], values[1]
+
+
+def _registry(shm: SharedMemoryRegistry | None) -> SharedMemoryRegistry:
+    if shm is None:
+        raise UnsupportedError(NO_SYSTEM_SHM)
+    return shm
+
+
+def decode_inputs(
+    request: JsonObject, binary: bytes, model: str, shm: SharedMemoryRegistry | None = None
+) -> list[InferInput]:
+    """The request's input tensors as arrays; binary ones take their bytes in order, shared
+    memory ones are read from their region."""
     tensors = request.get("inputs")
     if not isinstance(tensors, list) or not all(isinstance(t, dict) for t in tensors):
         raise InvalidInputError(f"request for model '{model}': 'inputs' must be a list of objects")
@@ -92,8 +126,25 @@ def decode_inputs(request: JsonObject, binary: bytes, model: str) -> list[InferI
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
             raise InvalidInputError(f"{where}: 'shape' must list dimensions >= 0, got {dims}")
         shape = tuple(dims)
-        parameters = _parameters(tensor, where)
-        if "binary_data_size" in parameters:
+        parameters = parameters_of(tensor, where)
+        sources = [
+            key
+            for key, present in (
+                ("'data'", "data" in tensor),
+                ("'binary_data_size'", "binary_data_size" in parameters),
+                ("'shared_memory_region'", "shared_memory_region" in parameters),
+            )
+            if present
+        ]
+        if len(sources) != 1:  # Triton's rule: exactly one place holds an input's data
+            raise InvalidInputError(
+                f"{where} must set exactly one of 'data', 'binary_data_size' or "
+                f"'shared_memory_region', but sets {' and '.join(sources) or 'none'}"
+            )
+        location = _shm_location(parameters, where)
+        if location is not None:
+            array = decode_raw(name, datatype, shape, _registry(shm).read(*location))
+        elif "binary_data_size" in parameters:
             size = _field(parameters, "binary_data_size", int, where)
             if size < 0 or offset + size > len(binary):
                 raise InvalidInputError(
@@ -102,10 +153,8 @@ def decode_inputs(request: JsonObject, binary: bytes, model: str) -> list[InferI
                 )
             array = decode_raw(name, datatype, shape, binary[offset : offset + size])
             offset += size
-        elif "data" in tensor:
-            array = _decode_json(tensor["data"], datatype, shape, where)
         else:
-            raise InvalidInputError(f"{where} carries no data: set 'data' or binary_data_size")
+            array = decode_json_data(tensor["data"], datatype, shape, where)
         decoded.append(InferInput(name, wire, shape, array))
     if offset != len(binary):
         raise InvalidInputError(
@@ -124,9 +173,10 @@ def _flatten(data: Any, into: list[Any]) -> list[Any]:
     return into
 
 
-def _decode_json(
+def decode_json_data(
     data: Any, datatype: DataType, shape: tuple[int, ...], where: str
 ) -> npt.NDArray[Any]:
+    """JSON values (a scalar, or lists nested in any way) as an array of `shape`."""
     values = _flatten(data, [])
     if datatype.wire == "BYTES":
         if not all(isinstance(v, str) for v in values):
@@ -161,9 +211,28 @@ def requested_outputs(request: JsonObject) -> tuple[list[str], frozenset[str] | 
     for output in outputs:
         name = _field(output, "name", str, "a requested output")
         names.append(name)
-        if _parameters(output, f"output '{name}'").get("binary_data", default) is True:
+        if parameters_of(output, f"output '{name}'").get("binary_data", default) is True:
             binary.add(name)
     return names, frozenset(binary)
+
+
+def output_locations(request: JsonObject) -> dict[str, ShmLocation]:
+    """Requested outputs to be written to shared memory, by name (Triton refuses an output
+    that asks for both shared memory and binary data)."""
+    found = {}
+    for output in request.get("outputs", []):
+        name = output["name"]  # requested_outputs checked the list's shape
+        where = f"output '{name}'"
+        parameters = parameters_of(output, where)
+        location = _shm_location(parameters, where)
+        if location is None:
+            continue
+        if parameters.get("binary_data") is True:
+            raise InvalidInputError(
+                f"{where} can't set both 'shared_memory_region' and 'binary_data'"
+            )
+        found[name] = location
+    return found
 
 
 def _request_parameters(request: JsonObject) -> Mapping[str, Any]:
@@ -187,25 +256,33 @@ def infer_options(request: JsonObject) -> InferOptions:
 
 
 def encode_response(
-    response: InferResponse, request_id: str, binary: frozenset[str] | None
+    response: InferResponse,
+    request_id: str,
+    binary: frozenset[str] | None,
+    locations: Mapping[str, ShmLocation] | None = None,
+    shm: SharedMemoryRegistry | None = None,
 ) -> tuple[bytes, int | None]:
     """The response body and, when some output is binary, the length of its JSON header;
-    `binary` names the outputs sent as binary data (None: every output)."""
+    `binary` names the outputs sent as binary data (None: every output). An output placed in
+    shared memory is written there and, as Triton's, answers only its name, type and shape."""
     outputs: list[JsonObject] = []
     chunks: list[bytes] = []
     for output in response.outputs:
-        spec, array = output.spec, output.array
+        spec, array = output.spec, on_host(output.array)
         tensor: JsonObject = {
             "name": spec.name,
             "datatype": spec.datatype.wire,
             "shape": list(array.shape),
         }
-        if binary is None or spec.name in binary:
+        location = locations.get(spec.name) if locations else None
+        if location is not None:
+            _registry(shm).write(*location, encode_raw(spec.datatype, array))
+        elif binary is None or spec.name in binary:
             data = encode_raw(spec.datatype, array)
             tensor["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
-            tensor["data"] = _json_data(spec.datatype, array)
+            tensor["data"] = json_data(spec.datatype, array)
         outputs.append(tensor)
     header: JsonObject = {"model_name": response.model, "model_version": str(response.version)}
     if request_id:
@@ -217,7 +294,8 @@ def encode_response(
     return encoded + b"".join(chunks), len(encoded)
 
 
-def _json_data(datatype: DataType, array: npt.NDArray[Any]) -> list[Any]:
+def json_data(datatype: DataType, array: npt.NDArray[Any]) -> list[Any]:
+    """An array's values, flat, as JSON numbers, booleans or (BYTES) text."""
     if datatype.wire == "BYTES":
         return [
             item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
@@ -228,21 +306,3 @@ def _json_data(datatype: DataType, array: npt.NDArray[Any]) -> list[Any]:
         return widened.view(np.float32).ravel().tolist()
     flat = np.ascontiguousarray(array, dtype=datatype.numpy).ravel()
     return flat.tolist()
-
-
-def load_request(model: str, body: JsonObject) -> pb.RepositoryModelLoadRequest:
-    """The gRPC load request of an HTTP load body (`config` JSON, `file:` content in base64)."""
-    request = pb.RepositoryModelLoadRequest(model_name=model)
-    for key, value in _parameters(body, f"load of model '{model}'").items():
-        if key == "config":
-            if not isinstance(value, str):
-                raise InvalidInputError("load parameter 'config' must be a string of JSON")
-            request.parameters[key].string_param = value
-        elif key.startswith("file:"):
-            if not isinstance(value, str):
-                raise InvalidInputError(f"load parameter '{key}' must be a base64 string")
-            try:
-                request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
-            except binascii.Error as exc:
-                raise InvalidInputError(f"load parameter '{key}' is not base64: {exc}") from exc
-    return request

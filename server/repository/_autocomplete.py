@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
+from server.ensemble import is_ensemble
 from server.errors import ConfigError
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 ONNX_BACKEND = "onnxruntime"
 ONNX_DEFAULT_FILENAME = "model.onnx"
+PYTHON_BACKEND = "python"
+PYTHON_DEFAULT_FILENAME = "model.py"
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config default-max-batch-size
 
 
@@ -22,7 +25,9 @@ def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
         raise ConfigError(
             f"model '{model}': config name '{done.name}' does not match its directory name"
         )
-    if not done.backend and not done.platform:
+    if is_ensemble(done):
+        pass  # no backend and no model file: the steps run other models
+    elif not done.backend and not done.platform:
         done.backend, done.platform = ONNX_BACKEND, ONNX_PLATFORM
     elif done.platform == ONNX_PLATFORM and not done.backend:
         done.backend = ONNX_BACKEND
@@ -30,6 +35,8 @@ def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
         done.platform = ONNX_PLATFORM
     if not done.default_model_filename and done.backend == ONNX_BACKEND:
         done.default_model_filename = ONNX_DEFAULT_FILENAME
+    if not done.default_model_filename and done.backend == PYTHON_BACKEND:
+        done.default_model_filename = PYTHON_DEFAULT_FILENAME
     if not done.HasField("version_policy"):
         done.version_policy.latest.num_versions = 1
     return done
@@ -39,6 +46,7 @@ def autocomplete(
     config: mc.ModelConfig,
     signature: ModelSignature,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    default_instance_count: int = 2,
 ) -> mc.ModelConfig:
     """Fill what the config leaves out (inputs, outputs, max_batch_size, instances) from the file.
 
@@ -61,7 +69,7 @@ def autocomplete(
             _fill_tensor(done.output.add(), tensor, batching)
     if not declared and done.max_batch_size > 1 and done.WhichOneof("scheduling_choice") is None:
         done.dynamic_batching.SetInParent()
-    _fill_instance_groups(done)
+    _fill_instance_groups(done, default_instance_count)
     if (
         done.HasField("dynamic_batching")
         and not done.dynamic_batching.preferred_batch_size
@@ -80,7 +88,7 @@ def _fill_tensor(
     target.dims.extend(tensor.shape[1:] if batching else tensor.shape)
 
 
-def _fill_instance_groups(config: mc.ModelConfig) -> None:
+def _fill_instance_groups(config: mc.ModelConfig, default_count: int) -> None:
     if not config.instance_group:
         group = config.instance_group.add()
         group.kind = mc.ModelInstanceGroup.KIND_CPU
@@ -92,4 +100,4 @@ def _fill_instance_groups(config: mc.ModelConfig) -> None:
             group.kind = mc.ModelInstanceGroup.KIND_CPU  # no GPU support yet
         if group.count < 1:
             # Triton's ONNX Runtime backend runs two CPU instances when a group gives no count.
-            group.count = 2
+            group.count = default_count

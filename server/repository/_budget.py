@@ -6,10 +6,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from backends import cuda_memory_total_bytes
 from proto import model_config_pb2 as mc
 from server.datatypes import BY_CONFIG
 
 AUTO_RAM_SHARE = 0.5  # `--memory-budget auto` on CPU: this share of the machine's RAM
+AUTO_DEVICE_SHARE = 0.5  # `--memory-budget auto` with GPUs: this share of their memory
 _BYTES_ELEMENT_ESTIMATE = 64  # bytes per BYTES element when estimating activations
 
 
@@ -31,8 +33,13 @@ class Resident:
     idle: bool  # no request queued or running: only idle models may be evicted
 
 
-def auto_limit_bytes() -> int:
-    """`auto` on a CPU: a share of physical RAM."""
+def auto_limit_bytes(cuda_total_bytes: int | None = None) -> int:
+    """`auto`: a share of the GPUs' memory (cudaMemGetInfo totals) where models run on CUDA,
+    else a share of physical RAM. `cuda_total_bytes` None asks the devices; 0 means none."""
+    if cuda_total_bytes is None:
+        cuda_total_bytes = cuda_memory_total_bytes()
+    if cuda_total_bytes > 0:
+        return int(cuda_total_bytes * AUTO_DEVICE_SHARE)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * AUTO_RAM_SHARE)
 
 

@@ -1,7 +1,8 @@
-"""Building a model's versions: config, instances, warmup and a batcher per version.
+"""Building a model's versions: config, instances, warmup and a scheduler per version.
 
 A build never touches what is serving: it returns new versions (or the current ones, kept or
-resized in place when nothing else changed) for the repository to swap in.
+resized in place when nothing else changed) for the repository to swap in. ONNX and Python
+models get instances and a dynamic batcher; an ensemble gets a step scheduler over its peers.
 """
 
 from __future__ import annotations
@@ -9,29 +10,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from backends import BackendError, Instance, OrtInstance, OrtSettings, prepare_inputs
+from backends import (
+    BackendError,
+    Instance,
+    ModelSignature,
+    OrtInstance,
+    OrtSettings,
+    PythonInstance,
+    PythonSettings,
+    prepare_inputs,
+)
 from batching import Batcher, BatchingError, BatchPolicy
 from proto import model_config_pb2 as mc
-from server.datatypes import BY_CONFIG, decode_raw
+from server.ensemble import EnsembleScheduler, is_ensemble, plan_ensemble
 from server.errors import ConfigError, ServerError
 from server.inference import ModelIO
-from server.repository._autocomplete import autocomplete, fill_identity
+from server.repository._autocomplete import PYTHON_BACKEND, autocomplete, fill_identity
 from server.repository._budget import footprint_bytes
 from server.repository._config import read_config
 from server.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
-from server.repository._validate import check_backend, check_signature
+from server.repository._validate import check_backend, check_ensemble, check_signature
 from server.repository._versions import list_versions, select_versions
+from server.repository._warmup import warm_up
 from server.stats import ModelStats
 
 _log = logging.getLogger(__name__)
 
-WARMUP_DIR = "warmup"  # input_data_file paths are relative to <model>/warmup, as Triton's
+
+@dataclass(frozen=True, slots=True)
+class Peers:
+    """The other models, as an ensemble sees them: at load (configs) and per request."""
+
+    config_of: Callable[[str], mc.ModelConfig | None]  # a ready model's effective config
+    resolve: Callable[[str, str], ModelVersion]  # (model, version "" = newest) -> ready version
 
 
 @dataclass(slots=True)
@@ -49,6 +64,7 @@ class Built:
 async def build_model(
     name: str,
     path: Path,
+    peers: Peers,
     override: mc.ModelConfig | None = None,
     current: Mapping[int, ModelVersion] | None = None,
 ) -> Built:
@@ -69,7 +85,10 @@ async def build_model(
     for version in versions:
         previous = (current or {}).get(version)
         try:
-            loaded = await _build_version(config, path, version, previous)
+            if is_ensemble(config):
+                loaded = await _ensemble_version(config, version, peers)
+            else:
+                loaded = await _build_version(config, path, version, previous)
         except (ServerError, BackendError, BatchingError, OSError) as exc:
             built.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
             continue
@@ -94,7 +113,7 @@ async def _build_version(
         if previous.source.file_stamp == source.file_stamp and _only_counts_differ(
             previous.source.config, source.config
         ):
-            await _resize(previous, config, source, model_file)
+            await _resize(previous, config, source, path, model_file)
             return previous
     return await _new_version(config, path, version, model_file, source)
 
@@ -103,22 +122,20 @@ async def _new_version(
     config: mc.ModelConfig, path: Path, version: int, model_file: Path, source: VersionSource
 ) -> ModelVersion:
     started_s = time.monotonic()
-    settings = OrtSettings.from_config(config)
-    first = await asyncio.to_thread(
-        OrtInstance.load, f"{config.name}_{version}_0", model_file, settings
-    )
-    instances: list[Instance] = [first]
+    python = config.backend == PYTHON_BACKEND
+    instances: list[Instance] = []
     try:
-        effective = autocomplete(config, first.signature)
-        check_signature(effective, first.signature)
+        if python:  # the config declares the tensors; initialize() sees the completed config
+            effective = _complete(config, ModelSignature((), ()))
+        else:
+            instances.append(await _open_instance(config, path, version, model_file, 0))
+            effective = _complete(config, instances[0].signature)
+            check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
-        for index in range(1, _instance_count(effective)):
-            instances.append(
-                await asyncio.to_thread(
-                    OrtInstance.load, f"{config.name}_{version}_{index}", model_file, settings
-                )
-            )
-        await _warm_up(effective, path, version, instances)
+        for index in range(len(instances), _instance_count(effective)):
+            instances.append(await _open_instance(effective, path, version, model_file, index))
+        prepare = None if python or not _takes_strings(effective) else prepare_inputs
+        await warm_up(effective, path, version, instances, prepare)
     except BaseException:
         for instance in instances:
             instance.close()
@@ -129,7 +146,6 @@ async def _new_version(
     _log.info(
         "loaded model '%s' version %d with %d instance(s)", config.name, version, len(instances)
     )
-    takes_strings = any(t.data_type == mc.TYPE_STRING for t in effective.input)
     return ModelVersion(
         config.name,
         version,
@@ -141,8 +157,53 @@ async def _new_version(
         source,
         footprint_bytes(effective, source.file_stamp[0], len(instances)),
         time.monotonic() - started_s,
-        prepare=prepare_inputs if takes_strings else None,
+        prepare=prepare,
     )
+
+
+async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) -> ModelVersion:
+    """An ensemble version: its plan checked against the composing models as they are now."""
+    started_s = time.monotonic()
+    check_ensemble(config)
+    plan = plan_ensemble(config, peers.config_of)
+    stats = ModelStats()
+    scheduler = EnsembleScheduler(plan, peers.resolve, stats.record_execution)
+    await scheduler.start()
+    _log.info("loaded ensemble '%s' version %d (%d steps)", config.name, version, len(plan.steps))
+    return ModelVersion(
+        config.name,
+        version,
+        config,
+        ModelIO.from_config(config),
+        [],
+        scheduler,
+        stats,
+        VersionSource(config.SerializeToString(deterministic=True), (0, 0)),
+        0,
+        time.monotonic() - started_s,
+    )
+
+
+async def _open_instance(
+    config: mc.ModelConfig, path: Path, version: int, model_file: Path, index: int
+) -> Instance:
+    name = f"{config.name}_{version}_{index}"
+    if config.backend == PYTHON_BACKEND:
+        settings = PythonSettings.from_config(config)
+        return await asyncio.to_thread(PythonInstance.load, name, path, version, config, settings)
+    return await asyncio.to_thread(
+        OrtInstance.load, name, model_file, OrtSettings.from_config(config)
+    )
+
+
+def _complete(config: mc.ModelConfig, signature: ModelSignature) -> mc.ModelConfig:
+    if config.backend == PYTHON_BACKEND:  # Triton's default: one instance for other backends
+        return autocomplete(config, signature, default_instance_count=1)
+    return autocomplete(config, signature)
+
+
+def _takes_strings(config: mc.ModelConfig) -> bool:
+    return any(t.data_type == mc.TYPE_STRING for t in config.input)
 
 
 def _instance_count(config: mc.ModelConfig) -> int:
@@ -161,21 +222,24 @@ def _only_counts_differ(old: bytes, new: bytes) -> bool:
 
 
 async def _resize(
-    target: ModelVersion, config: mc.ModelConfig, source: VersionSource, model_file: Path
+    target: ModelVersion,
+    config: mc.ModelConfig,
+    source: VersionSource,
+    path: Path,
+    model_file: Path,
 ) -> None:
     """Add or retire instances in place; the version keeps serving throughout."""
-    effective = autocomplete(config, target.instances[0].signature)
+    batcher = target.scheduler
+    assert isinstance(batcher, Batcher)  # only versions with instances are resized
+    effective = _complete(config, target.instances[0].signature)
     wanted = _instance_count(effective)
-    settings = OrtSettings.from_config(config)
     while len(target.instances) < wanted:
         index = len(target.instances)
-        instance = await asyncio.to_thread(
-            OrtInstance.load, f"{config.name}_{target.version}_{index}", model_file, settings
-        )
+        instance = await _open_instance(effective, path, target.version, model_file, index)
         target.instances.append(instance)
-        target.batcher.add_executor(instance)
+        batcher.add_executor(instance)
     while len(target.instances) > wanted:
-        retired = await target.batcher.retire_executor()
+        retired = await batcher.retire_executor()
         closing = next(i for i in target.instances if i is retired)
         target.instances.remove(closing)
         await asyncio.to_thread(closing.close)
@@ -185,60 +249,8 @@ async def _resize(
     _log.info("model '%s' version %d now runs %d instance(s)", target.name, target.version, wanted)
 
 
-async def _warm_up(
-    config: mc.ModelConfig, path: Path, version: int, instances: list[Instance]
-) -> None:
-    """Run the config's warmup requests on every instance; a failure fails the load."""
-    for warmup in config.model_warmup:
-        try:
-            inputs = _warmup_inputs(config, warmup, path)
-            for _ in range(max(warmup.count, 1)):
-                for instance in instances:
-                    await _check_warmup(instance, inputs)
-        except (ServerError, BackendError, OSError, ValueError) as exc:
-            raise ConfigError(
-                f"model '{config.name}' version {version}: warmup '{warmup.name}' failed: {exc}"
-            ) from exc
-        _log.info("model '%s' version %d: warmup '%s' done", config.name, version, warmup.name)
-
-
-async def _check_warmup(instance: Instance, inputs: dict[str, np.ndarray]) -> None:
-    result = await instance.execute([inputs])
-    for response in result.responses:
-        if isinstance(response, BackendError):
-            raise response
-
-
-def _warmup_inputs(
-    config: mc.ModelConfig, warmup: mc.ModelWarmup, path: Path
-) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    batch = (max(warmup.batch_size, 1),) if config.max_batch_size > 0 else ()
-    arrays = {}
-    for name, spec in warmup.inputs.items():
-        datatype = BY_CONFIG.get(spec.data_type)
-        if datatype is None:
-            raise ConfigError(f"input '{name}' has no valid data_type")
-        shape = (*batch, *spec.dims)
-        choice = spec.WhichOneof("input_data_type")
-        if choice == "input_data_file":
-            file = (path / WARMUP_DIR / spec.input_data_file).resolve()
-            if (path / WARMUP_DIR).resolve() not in file.parents:
-                raise ConfigError(f"input '{name}': '{spec.input_data_file}' is outside warmup/")
-            single = decode_raw(name, datatype, tuple(spec.dims), file.read_bytes())
-            arrays[name] = np.broadcast_to(single, shape).copy()
-        elif datatype.wire == "BYTES":
-            fill = b"" if choice == "zero_data" else b"warmup"
-            arrays[name] = np.full(shape, fill, dtype=object)
-        elif choice == "random_data":
-            arrays[name] = rng.integers(0, 2, size=shape).astype(datatype.numpy)
-        else:
-            arrays[name] = np.zeros(shape, dtype=datatype.numpy)
-    return prepare_inputs(arrays)
-
-
 async def unload_version(version: ModelVersion, timeout_s: float) -> None:
     """Let accepted requests finish (bounded), then free the instances."""
-    await version.batcher.stop(timeout_s)
+    await version.scheduler.stop(timeout_s)
     for instance in version.instances:
         await asyncio.to_thread(instance.close)

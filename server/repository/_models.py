@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from backends import Instance, TensorMap
-from batching import Batcher
 from proto import model_config_pb2 as mc
 from server.inference import ModelIO
+from server.scheduling import Scheduler
 from server.stats import ModelStats
 
 UNLOADED = "unloaded"  # the reason RepositoryIndex gives for a model that is not loaded
@@ -29,14 +29,14 @@ class ModelState(StrEnum):
 
 @dataclass(slots=True)
 class ModelVersion:
-    """One loaded, servable version: its effective config, instances and batcher."""
+    """One loaded, servable version: its effective config, instances and scheduler."""
 
     name: str
     version: int
     config: mc.ModelConfig  # effective (auto-completed) config
     io: ModelIO
-    instances: list[Instance]
-    batcher: Batcher
+    instances: list[Instance]  # none for an ensemble
+    scheduler: Scheduler  # the dynamic batcher, or an ensemble's step scheduler
     stats: ModelStats
     source: VersionSource  # what it was built from, to tell whether a reload may keep it
     memory_bytes: int  # estimated footprint, counted against the memory budget
@@ -86,7 +86,7 @@ class ModelEntry:
 
     @property
     def idle(self) -> bool:
-        return all(v.batcher.in_flight == 0 for v in self.ready.values())
+        return all(v.scheduler.in_flight == 0 for v in self.ready.values())
 
     @property
     def unloaded(self) -> bool:

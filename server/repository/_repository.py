@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from proto import model_config_pb2 as mc
+from server.ensemble import composing_models, is_ensemble
 from server.errors import (
     ConfigError,
     InvalidInputError,
@@ -23,7 +24,8 @@ from server.errors import (
     ModelNotReadyError,
 )
 from server.repository._budget import MemoryBudget, Resident, choose_evictions
-from server.repository._loader import build_model, unload_version
+from server.repository._config import read_config
+from server.repository._loader import Peers, build_model, unload_version
 from server.repository._models import (
     UNLOADED,
     ModelEntry,
@@ -53,6 +55,7 @@ class Repository:
         self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
         self._draining: set[asyncio.Task[None]] = set()
         self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
+        self._peers = Peers(self._ready_config, self.get)
 
     def scan(self) -> dict[str, Path]:
         """Every model directory of every repository; a name in two repositories is an error."""
@@ -124,11 +127,36 @@ class Repository:
         path: Path,
         override: mc.ModelConfig | None = None,
         stamp: tuple[object, ...] | None = None,
+        chain: tuple[str, ...] = (),
     ) -> None:
-        """(Re)load a model from its directory in a repository; `stamp` if already taken."""
+        """(Re)load a model from its directory in a repository; `stamp` if already taken.
+
+        An ensemble's composing models are loaded first when they are not ready.
+        """
+        await self._load_composing(name, path, override, chain)
         async with self._lock(name):
             stamp = directory_stamp(path) if stamp is None else stamp
             await self._build_and_swap(name, path, override, stamp)
+
+    async def _load_composing(
+        self, name: str, path: Path, override: mc.ModelConfig | None, chain: tuple[str, ...]
+    ) -> None:
+        try:
+            config = override if override is not None else read_config(path)
+        except (ConfigError, OSError):
+            return  # the build reports it
+        if config is None or not is_ensemble(config):
+            return
+        found = self.scan()
+        for model in composing_models(config):
+            if model in chain or model == name or self.is_ready(model) or model not in found:
+                continue  # a cycle or an unknown model: the ensemble's plan names it
+            with contextlib.suppress(ModelLoadFailedError):  # in the index, and logged
+                await self._load_from(model, found[model], chain=(*chain, name))
+
+    def _ready_config(self, name: str) -> mc.ModelConfig | None:
+        entry = self._models.get(name)
+        return entry.config if entry is not None and entry.ready else None
 
     async def _build_and_swap(
         self, name: str, path: Path, override: mc.ModelConfig | None, stamp: tuple[object, ...]
@@ -138,7 +166,7 @@ class Repository:
             entry = self._models[name] = ModelEntry(name, path)
         if not entry.ready:
             entry.statuses = [VersionStatus(None, ModelState.LOADING)]
-        built = await build_model(name, path, override, entry.ready)
+        built = await build_model(name, path, self._peers, override, entry.ready)
         if built.failures and entry.ready:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)
@@ -228,9 +256,16 @@ class Repository:
         entry = self._models.get(name)
         return entry is not None and entry.evicted and not entry.ready
 
-    async def unload(self, name: str) -> None:
-        """Stop serving a model: new requests fail at once, accepted ones finish first."""
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Stop serving a model: new requests fail at once, accepted ones finish first.
+
+        With `unload_dependents`, the ensembles that use the model are unloaded as well.
+        """
         check_name(name)
+        if unload_dependents:
+            for user in list(self._models.values()):
+                if user.config is not None and name in composing_models(user.config):
+                    await self.unload(user.name)
         async with self._lock(name):
             entry = self._models.get(name)
             if entry is None or not entry.ready:

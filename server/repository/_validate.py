@@ -7,17 +7,25 @@ from collections.abc import Sequence
 from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
 from server.datatypes import wire_name
+from server.ensemble import ENSEMBLE_PLATFORM, is_ensemble
 from server.errors import ConfigError
-from server.repository._autocomplete import ONNX_BACKEND, ONNX_PLATFORM
+from server.repository._autocomplete import ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
 
 
 def check_backend(config: mc.ModelConfig) -> None:
-    """Only ONNX models are served so far; any other backend is a clear load error."""
-    if config.backend != ONNX_BACKEND or config.platform not in ("", ONNX_PLATFORM):
+    """ONNX, Python and ensemble models are served; any other backend is a clear load error."""
+    onnx = config.backend == ONNX_BACKEND and config.platform in ("", ONNX_PLATFORM)
+    python = config.backend == PYTHON_BACKEND and not config.platform
+    if not (onnx or python or (is_ensemble(config) and not config.backend)):
         kind = config.backend or config.platform
         raise ConfigError(
-            f"model '{config.name}': backend '{kind}' is not supported "
-            f'(supported: backend "{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}")'
+            f"model '{config.name}': backend '{kind}' is not supported (supported: backend "
+            f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTHON_BACKEND}", '
+            f'platform "{ENSEMBLE_PLATFORM}")'
+        )
+    if python and (not config.input or not config.output):
+        raise ConfigError(
+            f"model '{config.name}': a Python model declares its inputs and outputs in config.pbtxt"
         )
     if config.max_batch_size < 0:
         raise ConfigError(f"model '{config.name}': max_batch_size must be >= 0")
@@ -30,8 +38,16 @@ def check_backend(config: mc.ModelConfig) -> None:
         if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
             raise ConfigError(
                 f"model '{config.name}': instance group '{group.name}' has kind KIND_MODEL, "
-                "which the ONNX Runtime backend does not support"
+                f"which the {config.backend} backend does not support"
             )
+
+
+def check_ensemble(config: mc.ModelConfig) -> None:
+    """What an ensemble config must hold on its own; its steps are checked by its plan."""
+    if not config.input or not config.output:
+        raise ConfigError(f"ensemble '{config.name}' must declare its inputs and outputs")
+    if not config.HasField("ensemble_scheduling"):
+        raise ConfigError(f"ensemble '{config.name}' has no ensemble_scheduling")
 
 
 def check_signature(config: mc.ModelConfig, signature: ModelSignature) -> None:

@@ -50,7 +50,16 @@ IDENTITY_TYPES: dict[str, int] = {
 }
 IDENTITY_MAX_BATCH_SIZE = 8
 
-EXAMPLE_MODELS = ("simple", "simple_int32", "mlp", "resnet18", "identity_bytes")
+EXAMPLE_MODELS = (
+    "simple",
+    "simple_int32",
+    "mlp",
+    "resnet18",
+    "identity_bytes",
+    "label_head",
+    "preprocess",
+    "classify",
+)
 AUTOCOMPLETE_MODEL = "auto_simple"  # no config.pbtxt at all
 PARTIAL_CONFIG_MODEL = "partial_mlp"  # a config.pbtxt without inputs or outputs
 PARTIAL_CONFIG_MAX_BATCH_SIZE = 16
@@ -65,7 +74,21 @@ BROKEN_MODELS: dict[str, str] = {
     "broken_input_name": "INPUT9",
     "broken_dtype": "TYPE_INT32",
     "broken_garbage": "model.onnx",
-    "broken_python": "python",
+    "broken_python": "model.py",
+    "broken_ens_unknown": "'no_such_model' is not available",
+    "broken_ens_cycle": "depend on each other (a cycle)",
+    "broken_ens_unmapped": "tensor 'nowhere'",
+    "broken_ens_dtype": "is TYPE_INT32 from ensemble input 'IN'",
+    "broken_ens_shape": "has shape [-1, 8]",
+}
+
+# Broken ensembles over `simple`: (ensemble input dtype, dims, steps as (inputs, outputs, model)).
+_BROKEN_ENSEMBLES: dict[str, tuple[str, int, list[tuple[str, str, str]]]] = {
+    "broken_ens_unknown": ("TYPE_FP32", 16, [("IN", "IN", "no_such_model")]),
+    "broken_ens_cycle": ("TYPE_FP32", 16, [("b", "OUT", "simple"), ("OUT", "b", "simple")]),
+    "broken_ens_unmapped": ("TYPE_FP32", 16, [("nowhere", "OUT", "simple")]),
+    "broken_ens_dtype": ("TYPE_INT32", 16, [("IN", "OUT", "simple")]),
+    "broken_ens_shape": ("TYPE_FP32", 8, [("IN", "OUT", "simple")]),
 }
 TYPO_FIELD = "max_batch_sise"
 
@@ -169,7 +192,28 @@ def build_repository(repo: Path) -> Path:
             'backend: "onnxruntime"', 'backend: "python"'
         ),
     )
+    for name, (dtype, dims, steps) in _BROKEN_ENSEMBLES.items():
+        (repo / name / "1").mkdir(parents=True)
+        models.write_model(repo, name, None, ensemble_config(name, dtype, dims, steps))
     return repo
+
+
+def ensemble_config(name: str, dtype: str, dims: int, steps: list[tuple[str, str, str]]) -> str:
+    """An ensemble with input IN and output OUT (FP32 [16]); each step feeds a model's INPUT0
+    and INPUT1 from one tensor and maps its OUTPUT0 to another."""
+    text = "".join(
+        f'{{ model_name: "{model}" model_version: -1 '
+        f'input_map {{ key: "INPUT0" value: "{source}" }} '
+        f'input_map {{ key: "INPUT1" value: "{source}" }} '
+        f'output_map {{ key: "OUTPUT0" value: "{target}" }} }},'
+        for source, target, model in steps
+    )
+    return (
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        f'input [ {{ name: "IN" data_type: {dtype} dims: [ {dims} ] }} ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        f"ensemble_scheduling {{ step [ {text.rstrip(',')} ] }}\n"
+    )
 
 
 class ConvoyServer:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from multiprocessing import shared_memory
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ from server.engine import InferOutput, InferResponse
 from server.errors import (
     InvalidInputError,
     ModelNotFoundError,
+    RegionNotFoundError,
+    RestrictedError,
     ServerStoppingError,
     UnsupportedError,
 )
@@ -21,11 +25,13 @@ from server.http.codec import (
     decode_inputs,
     encode_response,
     infer_options,
+    output_locations,
     requested_outputs,
     split_body,
 )
 from server.http.messages import message_json
 from server.inference import TensorSpec
+from server.shm import SharedMemoryRegistry
 
 
 def _fp32(name: str, shape: list[int], **extra: object) -> dict[str, object]:
@@ -83,10 +89,54 @@ def test_bad_inputs_are_invalid(tensor: dict[str, object], binary: bytes, expect
         decode_inputs({"inputs": [tensor]}, binary, "m")
 
 
-def test_shared_memory_is_refused_as_unsupported() -> None:
-    tensor = _fp32("A", [1], parameters={"shared_memory_region": "r"})
-    with pytest.raises(UnsupportedError):
+def test_shared_memory_needs_a_registry() -> None:
+    tensor = _fp32("A", [1], parameters={"shared_memory_region": "r", "shared_memory_byte_size": 4})
+    with pytest.raises(UnsupportedError, match="not enabled"):
         decode_inputs({"inputs": [tensor]}, b"", "m")
+
+
+@pytest.mark.parametrize(
+    "extra, parameters, expected",
+    [
+        ({"data": [1.0]}, {"shared_memory_region": "r"}, "sets 'data' and 'shared_memory_region'"),
+        ({}, {}, "sets none"),
+        ({}, {"shared_memory_region": "r"}, "without shared_memory_byte_size"),
+        ({}, {"shared_memory_region": 3, "shared_memory_byte_size": 4}, "must be a str"),
+        (
+            {},
+            {"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": -4},
+            "must be >= 0",
+        ),
+    ],
+)
+def test_an_input_has_exactly_one_source(
+    extra: dict[str, object], parameters: dict[str, object], expected: str
+) -> None:
+    tensor = _fp32("A", [1], parameters=parameters, **extra)
+    with pytest.raises(InvalidInputError, match=expected):
+        decode_inputs({"inputs": [tensor]}, b"", "m", SharedMemoryRegistry())
+
+
+def test_output_locations_name_the_outputs_in_shared_memory() -> None:
+    request = {
+        "outputs": [
+            {"name": "A", "parameters": {"binary_data": True}},
+            {
+                "name": "B",
+                "parameters": {
+                    "binary_data": False,
+                    "shared_memory_region": "out",
+                    "shared_memory_byte_size": 64,
+                    "shared_memory_offset": 16,
+                },
+            },
+        ]
+    }
+    assert output_locations(request) == {"B": ("out", 16, 64)}
+    both = {"outputs": [{"name": "B", "parameters": {**request["outputs"][1]["parameters"]}}]}
+    both["outputs"][0]["parameters"]["binary_data"] = True
+    with pytest.raises(InvalidInputError, match="both 'shared_memory_region' and 'binary_data'"):
+        output_locations(both)
 
 
 def test_header_length_must_fit_the_body() -> None:
@@ -144,3 +194,47 @@ def test_http_status_follows_the_grpc_table() -> None:
     assert http_status_for(UnsupportedError("x")) == 501
     assert http_status_for(InvalidInputError("x")) == 400
     assert http_status_for(RuntimeError("x")) == 500
+
+
+def test_http_status_differs_where_triton_http_does() -> None:
+    assert http_status_for(RestrictedError("x")) == 403  # gRPC: UNAVAILABLE
+    assert http_status_for(RegionNotFoundError("x")) == 400  # gRPC: NOT_FOUND
+
+
+@pytest.fixture
+def region() -> Iterator[SharedMemoryRegistry]:
+    """A registry holding region 'r': 32 bytes from offset 8 of a real POSIX shm object."""
+    memory = shared_memory.SharedMemory(create=True, size=64)
+    registry = SharedMemoryRegistry()
+    try:
+        registry.register("r", memory.name, 8, 32)
+        memory.buf[8:24] = np.arange(4, dtype=np.float32).tobytes()
+        yield registry
+    finally:
+        registry.unregister()
+        memory.close()
+        memory.unlink()
+
+
+def test_shared_memory_inputs_and_outputs_use_the_region(region: SharedMemoryRegistry) -> None:
+    parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+    (a,) = decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m", region)
+    np.testing.assert_array_equal(a.array, np.arange(4, dtype=np.float32))
+    spec = TensorSpec("OUT", BY_WIRE["FP32"], (4,), False)
+    doubled = np.arange(4, dtype=np.float32) * 2
+    response = InferResponse("m", 1, [InferOutput(spec, doubled)])
+    body, length = encode_response(response, "", None, {"OUT": ("r", 16, 16)}, region)
+    assert length is None  # nothing binary left in the body
+    (out,) = json.loads(body)["outputs"]
+    assert out == {"name": "OUT", "datatype": "FP32", "shape": [4]}
+    np.testing.assert_array_equal(np.frombuffer(region.read("r", 16, 16), np.float32), doubled)
+
+
+def test_shared_memory_reads_stay_inside_the_region(region: SharedMemoryRegistry) -> None:
+    parameters = {
+        "shared_memory_region": "r",
+        "shared_memory_byte_size": 16,
+        "shared_memory_offset": 20,
+    }
+    with pytest.raises(InvalidInputError, match="fall outside"):
+        decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m", region)

@@ -118,8 +118,9 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('backend: "python"', "backend 'python' is not supported"),
-        ('platform: "ensemble"', "backend 'ensemble' is not supported"),
+        ('backend: "tensorflow"', "backend 'tensorflow' is not supported"),
+        ('platform: "pytorch_libtorch"', "backend 'pytorch_libtorch' is not supported"),
+        ('backend: "python"', "a Python model declares its inputs and outputs"),
         ("instance_group [ { kind: KIND_GPU } ]", "GPU"),
     ],
 )

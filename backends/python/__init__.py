@@ -1,0 +1,27 @@
+"""Python backend: Triton model.py files (`class TritonPythonModel`) run unchanged.
+
+Each instance owns one worker process (`_worker.py`, started by `_process.WorkerProcess`), so a
+model that crashes, leaks or hangs cannot take the server down or block its event loop. The
+worker registers Convoy's `pb_utils` as `triton_python_backend_utils`, puts the version directory
+on sys.path, imports model.py by path and calls initialize(args) with Triton's args. Batches go
+over a socketpair as pickles whose arrays travel out of band; the server unpickles nothing but
+plain NumPy arrays. `execute` hands the model the batch's requests as a list (never
+concatenated) and runs on the instance's single-thread executor.
+
+Deadlines (model parameters, see `PythonSettings`): `convoy_execute_timeout_s` (60 s) bounds
+each execute, a decoupled one until every final flag, and finalize(); `convoy_initialize_timeout_s`
+(300 s) bounds starting the worker and initialize(). A worker past its execute deadline, or one
+that dies (os._exit, a segfault), is killed with everything it started; its batch fails with an
+`ExecutionError` and a fresh worker is initialized before the next batch. If that restart fails,
+each later batch tries again and fails with the reason until one succeeds.
+
+What a model returns is checked on the server's side: one InferenceResponse per request; a
+response's TritonError fails its request alone; outputs must be exactly the declared ones, numeric
+ones safely castable to the config's type, BYTES ones bytes or str. Decoupled models
+(`model_transaction_policy { decoupled: true }`) stream through `execute_decoupled`.
+"""
+
+from backends.python._instance import PythonInstance, ResponseSend
+from backends.python._settings import PythonSettings
+
+__all__ = ["PythonInstance", "PythonSettings", "ResponseSend"]

@@ -1,0 +1,306 @@
+"""`PythonInstance`: one instance of a Triton python model, served by its own worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.base import ExecutionResult, ModelSignature, Response, TensorMap
+from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.python._config import (
+    config_json,
+    is_decoupled,
+    model_signature,
+    output_specs,
+)
+from backends.python._outputs import check_outputs
+from backends.python._process import WorkerFailure, WorkerProcess, WorkerRefused
+from backends.python._settings import PythonSettings
+from proto import model_config_pb2 as mc
+
+_log = logging.getLogger(__name__)
+
+_DEFAULT_MODEL_FILENAME = "model.py"
+
+# How a decoupled execution hands each response to the event loop: (request index, outputs or
+# the error that fails the request or None for a bare final flag, whether it is the final one).
+ResponseSend = Callable[[int, Response | None, bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    """Who this instance is, and what its worker is started with."""
+
+    name: str  # the model's name
+    version: int
+    instance: str  # this instance's name (Triton's model_instance_name)
+    decoupled: bool  # model_transaction_policy { decoupled: true }
+    worker_spec: dict[str, Any]  # the worker's ("initialize", spec) message; never mutated
+
+    def where(self) -> str:
+        return f"model '{self.name}' instance '{self.instance}'"
+
+
+class PythonInstance:
+    """A model.py's TritonPythonModel in a worker process, driven from one executor thread.
+
+    A worker that outlives the execute timeout or dies fails its batch and is replaced by a fresh
+    one (initialize runs again), so the instance keeps serving.
+    """
+
+    def __init__(self, model: _Model, config: mc.ModelConfig, settings: PythonSettings) -> None:
+        self._model = model
+        self._settings = settings
+        self._signature = model_signature(config)
+        self._outputs = output_specs(config)
+        self._output_names = [spec.name for spec in self._outputs]
+        self._worker: WorkerProcess | None = None
+        self._batches = itertools.count()
+        self._closed = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=model.instance)
+
+    @classmethod
+    def load(
+        cls,
+        name: str,
+        model_dir: Path,
+        version: int,
+        config: mc.ModelConfig,
+        settings: PythonSettings,
+    ) -> PythonInstance:
+        """Start the worker and run initialize(); blocking, so call it from a thread."""
+        model_path = (
+            model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
+        )
+        if not model_path.is_file():
+            raise ModelLoadError(
+                f"model '{config.name}' version {version}: '{model_path}' does not exist; the "
+                "python backend needs it to define class TritonPythonModel"
+            )
+        args = {
+            "model_config": config_json(config),
+            "model_instance_kind": "CPU",
+            "model_instance_name": name,
+            "model_instance_device_id": "0",
+            "model_repository": str(model_dir),
+            "model_version": str(version),
+            "model_name": config.name,
+        }
+        spec = {
+            "model_path": str(model_path),
+            "model_name": config.name,
+            "instance_name": name,
+            "version": version,
+            "decoupled": is_decoupled(config),
+            "args": args,
+        }
+        model = _Model(config.name, version, name, is_decoupled(config), spec)
+        instance = cls(model, config, settings)
+        try:
+            instance._worker = instance._start_worker()
+        except ModelLoadError:
+            instance._executor.shutdown()
+            raise
+        return instance
+
+    @property
+    def name(self) -> str:
+        return self._model.instance
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self._signature
+
+    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+        """Run execute(requests) in the worker; one response or error per request, in order."""
+        if self._model.decoupled:
+            raise ExecutionError(
+                f"{self._model.where()}: the model is decoupled; its responses stream through "
+                "execute_decoupled"
+            )
+        return await self._submit(self._run, requests)
+
+    async def execute_decoupled(
+        self, requests: Sequence[TensorMap], send: ResponseSend
+    ) -> ExecutionResult:
+        """Run a decoupled model's execute; its responses reach `send` on the event loop.
+
+        Every request gets exactly one call with final=True: the model's last one, or an error
+        when execute fails, the worker dies or the timeout passes (then the worker restarts).
+        Errors arrive through `send`, never by raising; `responses` is empty. The coroutine
+        returns once execute returned and every request got its final call.
+        """
+        if not self._model.decoupled:
+            raise ExecutionError(f"{self._model.where()}: the model is not decoupled; call execute")
+        loop = asyncio.get_running_loop()
+
+        def emit(index: int, response: Response | None, final: bool) -> None:
+            loop.call_soon_threadsafe(send, index, response, final)
+
+        return await self._submit(self._run_decoupled, requests, emit)
+
+    def close(self) -> None:
+        """Run finalize() (bounded by the execute timeout) and end the worker; blocking."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        error = worker.finalize(self._deadline_ns(self._settings.execute_timeout_s))
+        if error is not None:
+            _log.warning("%s: %s", self._model.where(), error)
+
+    async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
+        if self._closed:
+            raise ExecutionError(f"{self._model.where()}: the instance is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, run, *args)
+        except RuntimeError as exc:  # the executor shut down between the check and the call
+            raise ExecutionError(f"{self._model.where()}: the instance is closed") from exc
+
+    # Everything below runs on the instance's executor thread.
+
+    def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+        worker = self._running_worker()
+        batch = next(self._batches)
+        start_ns = time.monotonic_ns()
+        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
+        try:
+            worker.send(self._execute_message(batch, requests), deadline_ns)
+            sent_ns = time.monotonic_ns()
+            reply = next(worker.replies(batch, deadline_ns))
+        except WorkerFailure as failure:
+            raise self._recover(failure) from None
+        received_ns = time.monotonic_ns()
+        if reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
+            responses = [self._response(payload) for payload in reply[2]]
+            execute_ns = int(reply[3])
+        else:
+            reason = str(reply[2]) if reply[0] == "failed" else f"unexpected reply {reply[0]!r}"
+            responses = [ExecutionError(f"{self._model.where()}: {reason}") for _ in requests]
+            execute_ns = received_ns - sent_ns
+        return _result(responses, start_ns, sent_ns, execute_ns)
+
+    def _run_decoupled(self, requests: Sequence[TensorMap], emit: ResponseSend) -> ExecutionResult:
+        worker = self._running_worker()
+        batch = next(self._batches)
+        start_ns = sent_ns = time.monotonic_ns()
+        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
+        finished = [False] * len(requests)
+        returned = False
+        execute_ns = 0
+        try:
+            worker.send(self._execute_message(batch, requests), deadline_ns)
+            sent_ns = time.monotonic_ns()
+            replies = worker.replies(batch, deadline_ns)
+            while not (returned and all(finished)):
+                reply = next(replies)
+                if reply[0] == "response":
+                    _, _, index, payload, final = reply
+                    if not finished[index]:
+                        finished[index] = bool(final)
+                        emit(index, None if payload is None else self._response(payload), final)
+                elif reply[0] == "done":
+                    returned = True
+                    execute_ns = int(reply[3])
+                else:
+                    reason = str(reply[2]) if reply[0] == "failed" else f"unexpected {reply[0]!r}"
+                    _finish(finished, emit, f"{self._model.where()}: {reason}")
+                    break
+        except WorkerFailure as failure:
+            _finish(finished, emit, str(self._recover(failure)))
+        return _result([], start_ns, sent_ns, execute_ns)
+
+    def _execute_message(self, batch: int, requests: Sequence[TensorMap]) -> tuple[Any, ...]:
+        return ("execute", batch, [dict(arrays) for arrays in requests], self._output_names)
+
+    def _response(self, payload: Any) -> Response:
+        if isinstance(payload, str):
+            return ExecutionError(payload)  # the model's TritonError message, as Triton passes it
+        if isinstance(payload, dict):
+            return check_outputs(self._model.name, self._outputs, payload)
+        return ExecutionError(f"{self._model.where()}: the worker sent a malformed response")
+
+    def _running_worker(self) -> WorkerProcess:
+        if self._worker is None:
+            try:
+                self._worker = self._start_worker()
+            except ModelLoadError as exc:
+                raise ExecutionError(
+                    f"{self._model.where()}: the worker is not running and could not be "
+                    f"restarted: {exc}"
+                ) from None
+        return self._worker
+
+    def _recover(self, failure: WorkerFailure) -> ExecutionError:
+        """Kill the worker that failed a batch and start another; the error for that batch."""
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+        if failure.timed_out:
+            what = f"execute did not return within {self._settings.execute_timeout_s:g} s"
+        else:
+            what = f"the worker {failure.reason} during execute"
+        try:
+            self._worker = self._start_worker()
+        except BackendError as exc:
+            return ExecutionError(
+                f"{self._model.where()}: {what}; restarting the worker failed: {exc}"
+            )
+        return ExecutionError(f"{self._model.where()}: {what}; the worker was restarted")
+
+    def _start_worker(self) -> WorkerProcess:
+        timeout_s = self._settings.initialize_timeout_s
+        try:
+            return WorkerProcess.start(self._model.worker_spec, self._deadline_ns(timeout_s))
+        except WorkerRefused as refusal:
+            reason = refusal.reason
+        except WorkerFailure as failure:
+            if failure.timed_out:
+                reason = f"initialize did not return within {timeout_s:g} s"
+            elif failure.exit_code is not None:
+                reason = f"the worker {failure.reason} before initialize returned"
+            else:
+                reason = f"the worker {failure.reason}"
+        raise ModelLoadError(
+            f"model '{self._model.name}' version {self._model.version} instance "
+            f"'{self._model.instance}': {reason}"
+        )
+
+    @staticmethod
+    def _deadline_ns(timeout_s: float) -> int:
+        return time.monotonic_ns() + int(timeout_s * 1e9)
+
+
+def _finish(finished: list[bool], emit: ResponseSend, message: str) -> None:
+    """A final error for every request of the batch that has not had its final response."""
+    if all(finished):
+        # Every request already ended (say, execute raised after sending the final flags):
+        # nobody is left to receive the error, so the log is where it shows.
+        _log.error("%s", message)
+    for index, done in enumerate(finished):
+        if not done:
+            finished[index] = True
+            emit(index, ExecutionError(message), True)
+
+
+def _result(
+    responses: list[Response], start_ns: int, sent_ns: int, execute_ns: int
+) -> ExecutionResult:
+    """Timings from this side's clock; the worker's execute time (0: unknown) is capped to the
+    time since sending, since the worker may start before the last byte is sent here."""
+    done_ns = time.monotonic_ns()
+    execute_ns = min(execute_ns, done_ns - sent_ns) or done_ns - sent_ns
+    return ExecutionResult(
+        responses, sent_ns - start_ns, execute_ns, done_ns - sent_ns - execute_ns
+    )

@@ -1,0 +1,199 @@
+"""`WorkerProcess`: the server's end of one worker: start, talk with deadlines, finalize, kill.
+
+The worker is a plain subprocess running `_worker.py` by path, not a multiprocessing child: spawn
+would import the server's packages and re-run its `__main__` in every worker, non-daemon children
+are joined at interpreter exit (a hung model would hang shutdown), and daemon ones may not start
+processes of their own. A socketpair is the channel, so a model's prints on stdout cannot corrupt
+it. The worker leads its own session: a Ctrl-C at the server's terminal does not interrupt a
+model mid-batch, and killing the session also ends processes the model started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from backends.python._worker import read_frame, write_message
+
+_WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
+_POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
+_EXIT_GRACE_S = 5.0  # after finalize, how long the worker may take to exit before it is killed
+
+# The only globals a worker's message may name: what NumPy needs to rebuild plain arrays. A model
+# runs arbitrary code in its own process; it must not get to run any in the server's.
+_ARRAY_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "_reconstruct"),
+    }
+)
+
+
+class WorkerFailure(Exception):
+    """The worker did not answer in time, exited, refused to start or sent something unreadable.
+
+    Never leaves this package: the instance turns it into a ModelLoadError or ExecutionError.
+    """
+
+    def __init__(
+        self, reason: str, *, timed_out: bool = False, exit_code: int | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason  # completes "the worker ...", e.g. "exited with code 3"
+        self.timed_out = timed_out
+        self.exit_code = exit_code  # set when the worker process is known to have ended
+
+
+class WorkerRefused(WorkerFailure):
+    """The worker could not import model.py or initialize() raised; `reason` says which."""
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ARRAY_GLOBALS:
+            raise pickle.UnpicklingError(f"the message names {module}.{name}")
+        return super().find_class(module, name)
+
+
+class WorkerProcess:
+    """One running worker; used by one thread at a time (the instance's executor, or close)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self._process = process
+        self._sock = sock
+
+    @classmethod
+    def start(cls, spec: dict[str, Any], deadline_ns: int) -> WorkerProcess:
+        """Start a worker and have it import model.py and run initialize(spec['args'])."""
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, str(_WORKER_SCRIPT), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise WorkerFailure(f"could not be started: {exc}") from exc
+        finally:
+            # Only the worker may hold its end: then its exit reaches us as EOF.
+            theirs.close()
+        worker = cls(process, ours)
+        try:
+            worker.send(("initialize", spec), deadline_ns)
+            reply = worker.receive(deadline_ns)
+            if reply[0] != "ready":
+                raise WorkerRefused(str(reply[1]))
+        except WorkerFailure:
+            worker.kill()
+            raise
+        return worker
+
+    def send(self, message: object, deadline_ns: int) -> None:
+        remaining_s = _remaining_s(deadline_ns)
+        if remaining_s <= 0:
+            raise WorkerFailure("did not take the request in time", timed_out=True)
+        self._sock.settimeout(remaining_s)
+        try:
+            write_message(self._sock, message)
+        except TimeoutError:
+            raise WorkerFailure("did not take the request in time", timed_out=True) from None
+        except OSError:
+            raise self._lost() from None
+
+    def receive(self, deadline_ns: int) -> tuple[Any, ...]:
+        data, buffers = read_frame(lambda size: self._read_exact(size, deadline_ns))
+        try:
+            message = _ArrayUnpickler(io.BytesIO(data), buffers=buffers).load()
+        except Exception as exc:  # any unpickling failure means the same: an unreadable message
+            raise WorkerFailure(f"sent a message the server cannot read ({exc})") from exc
+        if not isinstance(message, tuple) or not message:
+            raise WorkerFailure(f"sent a malformed message ({type(message).__name__})")
+        return message
+
+    def replies(self, batch: int, deadline_ns: int) -> Iterator[tuple[Any, ...]]:
+        """Messages about `batch`; late ones about earlier batches (a decoupled model's threads
+        still sending after its batch failed) are dropped."""
+        while True:
+            message = self.receive(deadline_ns)
+            if len(message) > 1 and message[1] == batch:
+                yield message
+
+    def finalize(self, deadline_ns: int) -> str | None:
+        """Have the model's finalize() run and the worker exit; the error it reported, if any."""
+        try:
+            self.send(("finalize",), deadline_ns)
+            message = self.receive(deadline_ns)
+            while message[0] != "finalized":
+                message = self.receive(deadline_ns)
+        except WorkerFailure as failure:
+            self.kill()
+            return f"finalize did not complete: the worker {failure.reason}"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=_EXIT_GRACE_S)
+        self.kill()
+        return None if message[1] is None else str(message[1])
+
+    def kill(self) -> None:
+        """End the worker and everything it started, now."""
+        if self._process.poll() is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except OSError:  # already gone, or not its own group: end the process itself
+                self._process.kill()
+        self._process.wait()
+        self._sock.close()
+
+    def _read_exact(self, size: int, deadline_ns: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        got = 0
+        while got < size:
+            remaining_s = _remaining_s(deadline_ns)
+            if remaining_s <= 0:
+                raise WorkerFailure("did not answer in time", timed_out=True)
+            self._sock.settimeout(min(remaining_s, _POLL_S))
+            try:
+                count = self._sock.recv_into(view[got:])
+            except TimeoutError:
+                # A process the model started may hold the socket open after the worker died.
+                if self._process.poll() is not None:
+                    raise self._lost() from None
+                continue
+            except OSError:
+                raise self._lost() from None
+            if count == 0:
+                raise self._lost()
+            got += count
+        return buffer
+
+    def _lost(self) -> WorkerFailure:
+        """Why the channel broke: almost always because the worker process ended."""
+        try:
+            code = self._process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return WorkerFailure("closed its channel")
+        if code < 0 and -code in signal.valid_signals():
+            return WorkerFailure(
+                f"exited with code {code} ({signal.Signals(-code).name})", exit_code=code
+            )
+        return WorkerFailure(f"exited with code {code}", exit_code=code)
+
+
+def _remaining_s(deadline_ns: int) -> float:
+    return max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)

@@ -1,0 +1,54 @@
+"""`PythonSettings`: how long a python model's worker may take, from the model's parameters."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from backends.errors import ModelLoadError
+from proto import model_config_pb2
+
+EXECUTE_TIMEOUT_PARAMETER = "convoy_execute_timeout_s"
+INITIALIZE_TIMEOUT_PARAMETER = "convoy_initialize_timeout_s"
+
+
+@dataclass(frozen=True, slots=True)
+class PythonSettings:
+    """Deadlines past which the worker process is killed; both > 0 and finite."""
+
+    # One execute (a decoupled one until every request's final flag); finalize() has it too.
+    # Past it the worker is killed and started again.
+    execute_timeout_s: float = 60.0
+    # Starting the worker process, importing model.py and initialize(); loading weights is slow.
+    initialize_timeout_s: float = 300.0
+
+    @classmethod
+    def from_config(cls, config: model_config_pb2.ModelConfig) -> PythonSettings:
+        params = {key: value.string_value for key, value in config.parameters.items()}
+        defaults = cls()
+        return cls(
+            execute_timeout_s=_seconds(
+                config.name, params, EXECUTE_TIMEOUT_PARAMETER, defaults.execute_timeout_s
+            ),
+            initialize_timeout_s=_seconds(
+                config.name, params, INITIALIZE_TIMEOUT_PARAMETER, defaults.initialize_timeout_s
+            ),
+        )
+
+
+def _seconds(model: str, params: dict[str, str], key: str, default: float) -> float:
+    raw = params.get(key, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ModelLoadError(
+            f"model '{model}': parameter '{key}' must be a number of seconds, got '{raw}'"
+        ) from None
+    if not math.isfinite(value) or value <= 0:
+        raise ModelLoadError(
+            f"model '{model}': parameter '{key}' must be a finite number of seconds > 0, "
+            f"got '{raw}'"
+        )
+    return value

@@ -1,0 +1,347 @@
+"""The worker process of one python model instance, and the framing both ends of its socket use.
+
+Run by path (`python _worker.py FD`), so it imports nothing from Convoy: model.py sees a clean
+interpreter with Triton's `triton_python_backend_utils` and the version directory on sys.path.
+Messages are pickled tuples; arrays travel as out-of-band buffers (no copy into the pickle, and
+they arrive writable, as Triton's inputs are).
+
+Parent -> worker: ("initialize", spec) once, then ("execute", batch, inputs, output_names) or
+("finalize",). Worker -> parent: ("ready",) | ("failed", reason) after initialize;
+("response", batch, index, payload, final) for each send of a decoupled model, then
+("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error | None).
+A payload is a dict of output arrays, an error message (str), or None (a bare final flag).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import logging
+import os
+import pickle
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+_HEADER = struct.Struct("!IQ")  # out-of-band buffer count, pickle length
+_LENGTH = struct.Struct("!Q")  # one buffer's length
+_UTILS_MODULE = "triton_python_backend_utils"
+_MODEL_MODULE = "model"
+_PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
+
+Payload = dict[str, np.ndarray] | str | None
+
+
+def write_message(sock: socket.socket, message: object) -> None:
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    raws = [buffer.raw() for buffer in buffers]
+    sock.sendall(
+        _HEADER.pack(len(raws), len(data)) + b"".join(_LENGTH.pack(r.nbytes) for r in raws)
+    )
+    sock.sendall(data)
+    for raw in raws:
+        sock.sendall(raw)
+
+
+def read_frame(read_exact: Callable[[int], bytearray]) -> tuple[bytearray, list[bytearray]]:
+    """One message's pickle and its out-of-band buffers; the caller chooses how to unpickle."""
+    count, size = _HEADER.unpack(read_exact(_HEADER.size))
+    lengths = [_LENGTH.unpack(read_exact(_LENGTH.size))[0] for _ in range(count)]
+    data = read_exact(size)
+    return data, [read_exact(length) for length in lengths]
+
+
+class _ContractError(Exception):
+    """The model broke the python backend's contract (wrong return value, not a Tensor...)."""
+
+
+class _Channel:
+    """The worker's end; a lock because decoupled models may send from their own threads."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, message: object) -> None:
+        with self._lock:
+            write_message(self._sock, message)
+
+    def receive(self) -> Any:
+        data, buffers = read_frame(self._read_exact)
+        return pickle.loads(data, buffers=buffers)
+
+    def _read_exact(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        got = 0
+        while got < size:
+            count = self._sock.recv_into(view[got:])
+            if count == 0:
+                raise EOFError("the server closed the channel")
+            got += count
+        return buffer
+
+
+class _Server:
+    """Runs one TritonPythonModel: builds Triton's request objects, converts its responses."""
+
+    def __init__(
+        self, channel: _Channel, utils: ModuleType, model: Any, spec: dict[str, Any]
+    ) -> None:
+        self._channel = channel
+        self._utils = utils
+        self._model = model
+        self._decoupled: bool = spec["decoupled"]
+        self._model_name: str = spec["model_name"]
+        self._version: int = spec["version"]
+        self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute` models
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self._channel.receive()
+            except EOFError:
+                return  # the server went away without unloading: nothing to answer
+            if message[0] == "execute":
+                self._execute(*message[1:])
+            elif message[0] == "finalize":
+                self._channel.send(("finalized", self._finalize()))
+                return
+
+    def _execute(
+        self, batch: int, inputs: list[dict[str, np.ndarray]], output_names: list[str]
+    ) -> None:
+        pb = self._utils
+        requests = [
+            pb.InferenceRequest(
+                inputs=[pb.Tensor(name, array) for name, array in arrays.items()],
+                requested_output_names=output_names,
+                model_name=self._model_name,
+                model_version=self._version,
+                response_sender=pb.InferenceResponseSender(self._sender(batch, index)),
+            )
+            for index, arrays in enumerate(inputs)
+        ]
+        start_ns = time.monotonic_ns()
+        try:
+            returned = self._model.execute(requests)
+            if inspect.isawaitable(returned):
+                returned = self._event_loop().run_until_complete(returned)
+        except Exception as exc:
+            _log().error("execute raised\n%s", traceback.format_exc())
+            self._channel.send(("failed", batch, f"execute raised {_describe(exc)}"))
+            return
+        execute_ns = time.monotonic_ns() - start_ns
+        try:
+            payloads = self._returned(returned, len(requests))
+        except _ContractError as exc:
+            self._channel.send(("failed", batch, str(exc)))
+            return
+        self._channel.send(("done", batch, payloads, execute_ns))
+
+    def _returned(self, returned: Any, count: int) -> list[Payload] | None:
+        if self._decoupled:
+            if returned is not None:
+                raise _ContractError(
+                    "the model is decoupled, so execute must return None and send responses "
+                    f"with request.get_response_sender(); it returned {type(returned).__name__}"
+                )
+            return None
+        if not isinstance(returned, list | tuple):
+            hint = (
+                " (a model that sends through request.get_response_sender() must be decoupled: "
+                "model_transaction_policy { decoupled: true })"
+                if returned is None
+                else ""
+            )
+            raise _ContractError(
+                "execute must return a list of pb_utils.InferenceResponse, one per request; "
+                f"it returned {type(returned).__name__}{hint}"
+            )
+        if len(returned) != count:
+            raise _ContractError(
+                f"execute must return one InferenceResponse per request: it got {count} "
+                f"requests and returned {len(returned)} responses"
+            )
+        return [self._payload(response) for response in returned]
+
+    def _sender(self, batch: int, index: int) -> Callable[[Any, bool], None]:
+        def send(response: Any, final: bool) -> None:
+            pb = self._utils
+            if not self._decoupled:
+                raise pb.TritonModelException(
+                    "the response sender is for decoupled models (model_transaction_policy "
+                    "{ decoupled: true }); this model must return one InferenceResponse per "
+                    "request from execute"
+                )
+            try:
+                payload = None if response is None else self._payload(response)
+            except _ContractError as exc:
+                raise pb.TritonModelException(str(exc)) from None
+            self._channel.send(("response", batch, index, payload, final))
+
+        return send
+
+    def _payload(self, response: Any) -> Payload:
+        pb = self._utils
+        if not isinstance(response, pb.InferenceResponse):
+            raise _ContractError(
+                f"a response must be a pb_utils.InferenceResponse, not {type(response).__name__}"
+            )
+        if response.has_error():
+            return str(response.error().message())
+        outputs: dict[str, np.ndarray] = {}
+        for tensor in response.output_tensors():
+            if not isinstance(tensor, pb.Tensor):
+                raise _ContractError(
+                    f"output_tensors must hold pb_utils.Tensor objects, not {type(tensor).__name__}"
+                )
+            outputs[tensor.name()] = _wire_array(tensor.as_numpy())
+        return outputs
+
+    def _finalize(self) -> str | None:
+        finalize = getattr(self._model, "finalize", None)
+        if not callable(finalize):
+            return None
+        try:
+            finalize()
+        except Exception as exc:
+            _log().error("finalize raised\n%s", traceback.format_exc())
+            return f"finalize raised {_describe(exc)}"
+        return None
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+
+def _wire_array(array: np.ndarray) -> np.ndarray:
+    """A plain ndarray; object items as bytes (str as UTF-8), so the server unpickles no objects."""
+    if array.dtype != object:
+        return np.asarray(array)
+    items = [_item_bytes(item) for item in array.flat]
+    return np.fromiter(items, dtype=object, count=len(items)).reshape(array.shape)
+
+
+def _item_bytes(item: object) -> bytes:
+    if isinstance(item, bytes):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    # Triton serializes any other object of a BYTES tensor through str() as well.
+    return str(item).encode("utf-8")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _log() -> logging.Logger:
+    return logging.getLogger(_UTILS_MODULE)
+
+
+def _setup_logging(model: str, instance: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    label = f"python model '{model}' instance '{instance}'".replace("%", "%%")
+    handler.setFormatter(
+        logging.Formatter(
+            f"%(asctime)s %(levelname).1s {label} %(filename)s:%(lineno)d] %(message)s"
+        )
+    )
+    logger = _log()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # log_verbose lines stay quiet, as in Triton by default
+    logger.propagate = False
+
+
+def _register_utils() -> ModuleType:
+    """Convoy's pb_utils as `triton_python_backend_utils`, loaded by path (no Convoy import)."""
+    spec = importlib.util.spec_from_file_location(
+        _UTILS_MODULE, Path(__file__).with_name("pb_utils.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_UTILS_MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_model(spec: dict[str, Any]) -> Any:
+    """Import model.py by path and run initialize(args); raises _ContractError with the reason."""
+    model_path = Path(spec["model_path"])
+    sys.path.insert(0, str(model_path.parent))  # model.py may import modules beside it
+    module_spec = importlib.util.spec_from_file_location(_MODEL_MODULE, model_path)
+    if module_spec is None or module_spec.loader is None:
+        raise _ContractError(f"'{model_path}' cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[_MODEL_MODULE] = module  # dataclasses and pickle look the module up there
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        _log().error("importing %s raised\n%s", model_path, traceback.format_exc())
+        raise _ContractError(f"importing '{model_path}' raised {_describe(exc)}") from None
+    model_class = getattr(module, "TritonPythonModel", None)
+    if not isinstance(model_class, type):
+        raise _ContractError(f"'{model_path}' defines no class TritonPythonModel")
+    try:
+        model = model_class()
+        initialize = getattr(model, "initialize", None)
+        if callable(initialize):
+            initialize(spec["args"])
+    except Exception as exc:
+        _log().error("initialize raised\n%s", traceback.format_exc())
+        raise _ContractError(f"initialize raised {_describe(exc)}") from None
+    return model
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit when the server dies, even while model code hangs and nobody reads the socket."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="convoy-parent-watch", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    # Run as a script, Python put this directory first on sys.path; model.py must not see it.
+    own_directory = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != own_directory]
+    channel = _Channel(socket.socket(fileno=int(argv[1])))
+    _watch_parent(os.getppid())
+    _, spec = channel.receive()
+    _setup_logging(spec["model_name"], spec["instance_name"])
+    _register_utils()
+    try:
+        model = _load_model(spec)
+    except _ContractError as exc:
+        channel.send(("failed", str(exc)))
+        return 1
+    channel.send(("ready",))
+    _Server(channel, sys.modules[_UTILS_MODULE], model, spec).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = main(sys.argv)
+    except (OSError, EOFError):  # the server went away mid-message
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter shutdown: threads a model left running must not keep the worker alive.
+    os._exit(code)

@@ -1,0 +1,394 @@
+"""Convoy's `triton_python_backend_utils`: the names a Triton model.py uses, as Triton has them.
+
+The worker registers this module under Triton's name before it imports model.py. It imports
+nothing from Convoy, so it runs the same in the worker process and in tests.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+# The worker attaches its handler (model and instance in every line) to this logger.
+LOGGER_NAME = "triton_python_backend_utils"
+
+# Config type names -> NumPy types, as Triton spells them (TYPE_BOOL is Python's `bool` there).
+TRITON_STRING_TO_NUMPY: Mapping[str, type] = MappingProxyType(
+    {
+        "TYPE_BOOL": bool,
+        "TYPE_UINT8": np.uint8,
+        "TYPE_UINT16": np.uint16,
+        "TYPE_UINT32": np.uint32,
+        "TYPE_UINT64": np.uint64,
+        "TYPE_INT8": np.int8,
+        "TYPE_INT16": np.int16,
+        "TYPE_INT32": np.int32,
+        "TYPE_INT64": np.int64,
+        "TYPE_FP16": np.float16,
+        "TYPE_FP32": np.float32,
+        "TYPE_FP64": np.float64,
+        "TYPE_STRING": np.object_,
+    }
+)
+
+# TRITONSERVER_DataType values (the same numbers as the config's DataType) <-> NumPy types.
+_TRITON_TO_NUMPY: Mapping[int, type[np.generic]] = MappingProxyType(
+    {
+        1: np.bool_,
+        2: np.uint8,
+        3: np.uint16,
+        4: np.uint32,
+        5: np.uint64,
+        6: np.int8,
+        7: np.int16,
+        8: np.int32,
+        9: np.int64,
+        10: np.float16,
+        11: np.float32,
+        12: np.float64,
+        13: np.object_,
+    }
+)
+_NUMPY_TO_TRITON: Mapping[type[np.generic], int] = MappingProxyType(
+    {**{numpy_type: code for code, numpy_type in _TRITON_TO_NUMPY.items()}, np.bytes_: 13}
+)
+
+
+def triton_to_numpy_type(data_type: int) -> type[np.generic] | None:
+    """The NumPy type of a Triton data type number (11 -> np.float32); None when unknown."""
+    return _TRITON_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """The Triton data type number of a NumPy dtype or type (np.float32 -> 11); None when none."""
+    try:
+        return _NUMPY_TO_TRITON.get(np.dtype(data_type).type)
+    except TypeError:
+        return None
+
+
+def triton_string_to_numpy(triton_type_string: str) -> type:
+    """ "TYPE_FP32" -> np.float32; like Triton, only the full TYPE_ names (KeyError otherwise)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+class TritonModelException(Exception):
+    """Raised by these utilities when a model uses them wrongly; a model may raise it too."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self) -> str:
+        return self._msg
+
+
+class TritonError:
+    """The error of one response (not an exception: it travels inside an InferenceResponse)."""
+
+    # TRITONSERVER_Error_Code values.
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
+        self._message = message
+        self._code = code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, code={self._code})"
+
+
+class Tensor:
+    """A named array on the CPU (Convoy's python backend never hands out device memory)."""
+
+    def __init__(self, name: str, numpy_array: npt.ArrayLike) -> None:
+        array = np.asarray(numpy_array)
+        if array.dtype.kind in "UV":
+            raise TritonModelException(
+                f"tensor '{name}': numpy dtype {array.dtype} is not supported by the python "
+                "backend; use np.object_ (items bytes or str) for string tensors"
+            )
+        triton_dtype = numpy_to_triton_type(array.dtype)
+        if triton_dtype is None:
+            raise TritonModelException(
+                f"tensor '{name}': numpy dtype {array.dtype} has no Triton data type"
+            )
+        self._name = name
+        self._array = array
+        self._triton_dtype = triton_dtype
+
+    @staticmethod
+    def from_dlpack(name: str, dlpack_object: Any) -> Tensor:
+        """A tensor over a DLPack producer (anything with `__dlpack__`) or a DLPack capsule."""
+        producer = (
+            dlpack_object if hasattr(dlpack_object, "__dlpack__") else _Capsule(dlpack_object)
+        )
+        return Tensor(name, np.from_dlpack(producer))
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> npt.NDArray[Any]:
+        return self._array
+
+    def triton_dtype(self) -> int:
+        return self._triton_dtype
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._array.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        device: tuple[int, int] = self._array.__dlpack_device__()
+        return device
+
+
+class _Capsule:
+    """Lets NumPy consume a bare DLPack capsule, which it only takes through `__dlpack__`."""
+
+    _KDLCPU = 1  # DLPack's device type for host memory
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self._KDLCPU, 0)
+
+
+class InferenceResponse:
+    """Outputs for one request, or the error that fails that request alone."""
+
+    def __init__(
+        self,
+        output_tensors: list[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> None:
+        tensors = [] if output_tensors is None else output_tensors
+        if not isinstance(tensors, list | tuple):
+            raise TritonModelException('"output_tensors" must be a list.')
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException(f'"error" must be a TritonError, got {type(error).__name__}')
+        self._tensors = list(tensors)
+        self._error = error
+        self._parameters = json.dumps(dict(parameters or {}))
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters
+
+
+class InferenceResponseSender:
+    """Streams responses of one request (decoupled models); nothing may follow the final flag."""
+
+    def __init__(self, on_send: Callable[[InferenceResponse | None, bool], None]) -> None:
+        self._on_send = on_send
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException(
+                "Unable to send response. Response sender has been closed "
+                "(a response with TRITONSERVER_RESPONSE_COMPLETE_FINAL was already sent)."
+            )
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException(
+                f"flags must be 0 or TRITONSERVER_RESPONSE_COMPLETE_FINAL, got {flags}"
+            )
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if response is None and not final:
+            raise TritonModelException(
+                "Inference Response object is needed when the flags is not equal to "
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"send() takes an InferenceResponse or None, got {type(response).__name__}"
+            )
+        self._on_send(response, final)
+        self._closed = final
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class InferenceRequest:
+    """One request as `execute` receives it; building one in model code (BLS) cannot `exec`."""
+
+    # Keyword-only: Triton's names, which model code passes by keyword.
+    def __init__(
+        self,
+        *,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: Iterable[Tensor] = (),
+        requested_output_names: Iterable[str] = (),
+        model_name: str = "",
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        parameters: Mapping[str, Any] | str | None = None,
+        response_sender: InferenceResponseSender | None = None,
+    ) -> None:
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._requested_output_names = list(requested_output_names)
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        raw = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
+        self._parameters = raw
+        self._response_sender = response_sender
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def requested_output_names(self) -> list[str]:
+        return self._requested_output_names
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON object string."""
+        return self._parameters
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._response_sender is None:
+            raise TritonModelException(
+                "this request was built in model code and has no response sender"
+            )
+        return self._response_sender
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        raise TritonModelException(
+            "business logic scripting (InferenceRequest.exec) is not supported by Convoy's "
+            "python backend"
+        )
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+        return self.exec(decoupled)
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The request's input called `name`, or None when the request does not carry it."""
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The response's output called `name`, or None."""
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config: Mapping[str, Any], name: str) -> Any:
+    """The `input` entry called `name` of the model config dict (json.loads of the args)."""
+    return next((i for i in model_config.get("input", ()) if i["name"] == name), None)
+
+
+def get_output_config_by_name(model_config: Mapping[str, Any], name: str) -> Any:
+    """The `output` entry called `name` of the model config dict."""
+    return next((o for o in model_config.get("output", ()) if o["name"] == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: Mapping[str, Any]) -> bool:
+    policy = model_config.get("model_transaction_policy", {})
+    return bool(policy.get("decoupled", False))
+
+
+class LogLevel(enum.Enum):
+    INFO = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
+
+
+class Logger:
+    """Triton's model logger; lines go to the worker's stderr with the model and instance."""
+
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+        _emit(message, level)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _emit(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _emit(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _emit(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _emit(message, LogLevel.VERBOSE)
+
+
+def _emit(message: str, level: LogLevel) -> None:
+    # stacklevel 3 names the line of model.py that called the Logger method.
+    logging.getLogger(LOGGER_NAME).log(level.value, message, stacklevel=3)

@@ -1,0 +1,167 @@
+"""`EnsembleScheduler`: runs an ensemble's steps for one request, each step as soon as its inputs
+are ready, through the composing models' own schedulers (so ensemble traffic batches per step)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy.typing as npt
+
+from batching import BatcherClosedError, ExecutionRecord, RequestResult
+from server.ensemble._plan import EnsemblePlan, Step
+from server.inference import InferInput, InferOptions, check_request
+from server.scheduling import submit
+
+if TYPE_CHECKING:
+    from server.repository import ModelVersion
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """One step of one ensemble request, for its trace (monotonic nanoseconds)."""
+
+    model: str
+    version: int
+    start_ns: int  # handed to the composing model
+    end_ns: int  # its answer was back
+    result: RequestResult
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleResult(RequestResult):
+    """An ensemble request's result, with its steps in the order they finished."""
+
+    steps: tuple[StepRun, ...] = ()
+
+
+Resolve = Callable[[str, str], "ModelVersion"]  # (model, version "" = newest) -> ready version
+Observer = Callable[[ExecutionRecord], None]
+
+
+class EnsembleScheduler:
+    """Serves one ensemble version; holds no tensors between requests."""
+
+    def __init__(self, plan: EnsemblePlan, resolve: Resolve, observer: Observer) -> None:
+        self._plan = plan
+        self._resolve = resolve  # looked up per request: a reloaded composing model is used
+        self._observer = observer
+        self._closed = False
+        self._in_flight = 0
+
+    async def start(self) -> None:
+        self._drained = asyncio.Event()
+        self._drained.set()
+        bound = self._plan.max_inflight
+        self._gates = {
+            id(step): asyncio.Semaphore(bound) if bound > 0 else None for step in self._plan.steps
+        }
+
+    @property
+    def plan(self) -> EnsemblePlan:
+        return self._plan
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def queue_depth(self) -> int:
+        return 0  # requests wait in the composing models' queues, and are counted there
+
+    async def infer(
+        self,
+        inputs: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+        priority: int = 0,
+        timeout_ns: int = 0,
+    ) -> RequestResult:
+        if self._closed:
+            raise BatcherClosedError(
+                f"ensemble '{self._plan.name}' is no longer accepting requests"
+            )
+        self._in_flight += 1
+        self._drained.clear()
+        try:
+            return await self._run(inputs, batch_size, InferOptions(priority, timeout_ns // 1000))
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._drained.set()
+
+    async def stop(self, timeout_s: float) -> None:
+        self._closed = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
+
+    async def _run(
+        self, inputs: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
+    ) -> RequestResult:
+        tensors: dict[str, npt.NDArray[Any]] = dict(inputs)
+        waiting = list(self._plan.steps)
+        running: dict[asyncio.Task[StepRun], Step] = {}
+        runs: list[StepRun] = []
+        try:
+            while waiting or running:
+                for step in [s for s in waiting if all(t in tensors for t in s.inputs.values())]:
+                    waiting.remove(step)
+                    task = asyncio.create_task(self._step(step, tensors, options))
+                    running[task] = step
+                if not running:  # the plan was checked at load; a missing tensor is a bug
+                    raise RuntimeError(f"ensemble '{self._plan.name}': steps cannot start")
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step = running.pop(task)
+                    run = task.result()  # a failed step fails the request
+                    runs.append(run)
+                    for output, tensor in step.outputs.items():
+                        tensors[tensor] = run.result.outputs[output]
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        results = [run.result for run in runs]
+        outcome = EnsembleResult(
+            outputs={name: tensors[name] for name in self._plan.outputs},
+            queue_ns=sum(r.queue_ns for r in results),
+            compute_input_ns=sum(r.compute_input_ns for r in results),
+            compute_infer_ns=sum(r.compute_infer_ns for r in results),
+            compute_output_ns=sum(r.compute_output_ns for r in results),
+            batch_size=max(batch_size, 1),
+            instance=",".join(r.instance for r in results),
+            steps=tuple(runs),
+        )
+        self._observer(
+            ExecutionRecord(
+                outcome.batch_size,
+                1,
+                outcome.compute_input_ns,
+                outcome.compute_infer_ns,
+                outcome.compute_output_ns,
+                succeeded=True,
+            )
+        )
+        return outcome
+
+    async def _step(
+        self, step: Step, tensors: dict[str, npt.NDArray[Any]], options: InferOptions
+    ) -> StepRun:
+        start_ns = time.monotonic_ns()
+        target = self._resolve(step.model, step.version)
+        spec = target.io.inputs
+        inputs = [
+            InferInput(name, spec[name].datatype.wire, tuple(tensors[t].shape), tensors[t])
+            for name, t in step.inputs.items()
+        ]
+        arrays, batch_size = check_request(target.io, inputs, list(step.outputs))
+        gate = self._gates[id(step)]
+        if gate is None:
+            result = await submit(target, arrays, batch_size, options)
+        else:
+            async with gate:
+                result = await submit(target, arrays, batch_size, options)
+        return StepRun(target.name, target.version, start_ns, time.monotonic_ns(), result)

@@ -1,0 +1,99 @@
+"""Convoy's `triton_python_backend_utils` in-process: Triton's names, types and sender rules."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from backends.python import pb_utils
+
+
+def test_type_tables_match_triton() -> None:
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    assert pb_utils.triton_string_to_numpy("TYPE_BOOL") is bool
+    with pytest.raises(KeyError):
+        pb_utils.triton_string_to_numpy("FP32")  # Triton takes only the TYPE_ names
+    assert pb_utils.numpy_to_triton_type(np.float32) == 11
+    assert pb_utils.numpy_to_triton_type(np.dtype("int64")) == 9
+    assert pb_utils.numpy_to_triton_type(np.object_) == 13
+    assert pb_utils.numpy_to_triton_type(np.bytes_) == 13
+    assert pb_utils.numpy_to_triton_type(np.complex64) is None
+    assert pb_utils.triton_to_numpy_type(1) is np.bool_
+    assert pb_utils.triton_to_numpy_type(12) is np.float64
+    assert pb_utils.triton_to_numpy_type(14) is None
+    assert pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL == 1
+
+
+def test_tensor_and_lookups() -> None:
+    tensor = pb_utils.Tensor("IN", np.arange(6, dtype=np.int32).reshape(2, 3))
+    assert tensor.name() == "IN"
+    assert tensor.shape() == [2, 3]
+    assert tensor.triton_dtype() == 8
+    assert tensor.is_cpu()
+    request = pb_utils.InferenceRequest(inputs=[tensor], requested_output_names=["OUT"])
+    assert pb_utils.get_input_tensor_by_name(request, "IN") is tensor
+    assert pb_utils.get_input_tensor_by_name(request, "NOPE") is None
+    assert json.loads(request.parameters()) == {}
+    assert request.request_id() == "" and request.correlation_id() == 0
+    response = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.zeros(2))])
+    assert pb_utils.get_output_tensor_by_name(response, "OUT") is not None
+    assert not response.has_error() and response.error() is None
+    config = {"input": [{"name": "IN", "dims": [3]}], "output": [{"name": "OUT"}]}
+    assert pb_utils.get_input_config_by_name(config, "IN") == {"name": "IN", "dims": [3]}
+    assert pb_utils.get_output_config_by_name(config, "IN") is None
+    assert not pb_utils.using_decoupled_model_transaction_policy(config)
+
+
+def test_tensor_rejects_what_triton_rejects() -> None:
+    with pytest.raises(pb_utils.TritonModelException, match=r"np\.object_"):
+        pb_utils.Tensor("S", np.array(["text"]))
+    with pytest.raises(pb_utils.TritonModelException, match="complex64"):
+        pb_utils.Tensor("C", np.zeros(2, np.complex64))
+    with pytest.raises(pb_utils.TritonModelException, match="must be a list"):
+        pb_utils.InferenceResponse(pb_utils.Tensor("X", np.zeros(1)))  # type: ignore[arg-type]
+
+
+def test_dlpack_round_trip() -> None:
+    array = np.arange(4, dtype=np.float32)
+    from_capsule = pb_utils.Tensor.from_dlpack("A", pb_utils.Tensor("A", array).to_dlpack())
+    from_producer = pb_utils.Tensor.from_dlpack("B", pb_utils.Tensor("B", array))
+    np.testing.assert_array_equal(from_capsule.as_numpy(), array)
+    np.testing.assert_array_equal(from_producer.as_numpy(), array)
+    assert np.from_dlpack(from_producer).tolist() == array.tolist()
+
+
+def test_triton_error_codes() -> None:
+    error = pb_utils.TritonError("bad input")
+    assert error.message() == "bad input"
+    assert error.code() == pb_utils.TritonError.INTERNAL
+    assert pb_utils.TritonError("x", pb_utils.TritonError.INVALID_ARG).code() == 3
+    assert pb_utils.TritonModelException("m").message() == "m"
+
+
+def test_response_sender_rules() -> None:
+    sent: list[tuple[object, bool]] = []
+    sender = pb_utils.InferenceResponseSender(
+        lambda response, final: sent.append((response, final))
+    )
+    response = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.zeros(1))])
+    with pytest.raises(pb_utils.TritonModelException, match="Inference Response object is needed"):
+        sender.send(None, 0)
+    sender.send(response)
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert sent == [(response, False), (None, True)]
+    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+        sender.send(response)
+    assert len(sent) == 2
+
+
+def test_logger_writes_through_logging(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=pb_utils.LOGGER_NAME):
+        pb_utils.Logger.log_warn("careful")
+        pb_utils.Logger.log("hello", pb_utils.Logger.INFO)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "careful"),
+        (logging.INFO, "hello"),
+    ]
+    assert all(r.filename == "test_python_pb_utils.py" for r in caplog.records)

@@ -1,0 +1,164 @@
+"""The Python backend end to end: Triton-style model.py files behind the dynamic batcher; a model
+that raises or hangs fails only its own requests, and the server stays up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from e2e_support import StartServer, infer_input
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+
+SCALE = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.factor = float(config["parameters"]["factor"]["string_value"])
+        self.delay_s = float(config["parameters"]["delay_s"]["string_value"])
+
+    def execute(self, requests):
+        time.sleep(self.delay_s)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if (x < 0).any():
+                error = pb_utils.TritonError("negative values are not allowed")
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
+                continue
+            y = pb_utils.Tensor("Y", (x * self.factor).astype(np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[y]))
+        return responses
+"""
+
+RAISES = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        x = pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()
+        if x.ravel()[0] > 100:
+            time.sleep(60)  # hangs far past the model's execute timeout
+        raise RuntimeError("the model is broken on purpose")
+"""
+
+
+def _config(name: str, factor: float = 1.0, delay_s: float = 0.0, extra: str = "") -> str:
+    return (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 16\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        f'parameters [ {{ key: "factor" value: {{ string_value: "{factor}" }} }},'
+        f' {{ key: "delay_s" value: {{ string_value: "{delay_s}" }} }} ]\n'
+        f"{extra}"
+    )
+
+
+def _repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    batching = "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
+    models.write_python_model(repo, "scale", SCALE, _config("scale", 3.0, 0.05, batching))
+    models.write_python_model(repo, "slow_a", SCALE, _config("slow_a", 2.0, 0.6))
+    models.write_python_model(repo, "slow_b", SCALE, _config("slow_b", 5.0, 0.6))
+    timeout = 'parameters { key: "convoy_execute_timeout_s" value: { string_value: "1" } }\n'
+    models.write_python_model(
+        repo,
+        "broken",
+        RAISES,
+        'name: "broken"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' + timeout,
+    )
+    # Two Python steps with no dependency between them: they must run at the same time.
+    (repo / "fan_out" / "1").mkdir(parents=True)
+    (repo / "fan_out" / "config.pbtxt").write_text(
+        'name: "fan_out"\nplatform: "ensemble"\nmax_batch_size: 16\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "TWICE" data_type: TYPE_FP32 dims: [ 4 ] },'
+        ' { name: "FIVE" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        "ensemble_scheduling { step [\n"
+        '{ model_name: "slow_a" model_version: -1 input_map { key: "X" value: "X" } '
+        'output_map { key: "Y" value: "TWICE" } },\n'
+        '{ model_name: "slow_b" model_version: -1 input_map { key: "X" value: "X" } '
+        'output_map { key: "Y" value: "FIVE" } } ] }\n',
+        encoding="utf-8",
+    )
+    return repo
+
+
+async def _scale_concurrently(url: str, count: int) -> list[np.ndarray]:
+    async with aioclient.InferenceServerClient(url) as triton:
+
+        async def one(i: int) -> np.ndarray:
+            x = np.full((1 + i % 3, 4), float(i), np.float32)
+            tensor = aioclient.InferInput("X", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            return (await triton.infer("scale", [tensor])).as_numpy("Y")
+
+        return await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def test_python_models_batch_fail_alone_and_survive_raises_and_hangs(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        # Batched through the dynamic batcher; each request still gets its own answer.
+        answers = asyncio.run(_scale_concurrently(server.url, 24))
+        for i, y in enumerate(answers):
+            np.testing.assert_array_equal(y, np.full((1 + i % 3, 4), 3.0 * i, np.float32))
+        stats = triton.get_inference_statistics("scale", as_json=True)["model_stats"][0]
+        assert int(stats["execution_count"]) < 24
+        config = triton.get_model_config("scale", as_json=True)["config"]
+        assert config["backend"] == "python"
+
+        # A per-request TritonError fails only that request, with the model's message.
+        with pytest.raises(InferenceServerException, match="negative values are not allowed"):
+            triton.infer("scale", [infer_input("X", -np.ones((1, 4), np.float32), "FP32")])
+
+        # A model that raises: its requests fail with the exception, the server stays up.
+        x = np.ones((1, 4), np.float32)
+        with pytest.raises(InferenceServerException, match="the model is broken on purpose"):
+            triton.infer("broken", [infer_input("X", x, "FP32")])
+
+        # A model that hangs is bounded by its execute timeout; the worker is restarted.
+        start_s = time.monotonic()
+        with pytest.raises(InferenceServerException, match="did not return within 1") as error:
+            triton.infer("broken", [infer_input("X", x * 500, "FP32")])
+        assert time.monotonic() - start_s < 10
+        assert "INTERNAL" in str(error.value.status())
+        with pytest.raises(InferenceServerException, match="broken on purpose"):
+            triton.infer("broken", [infer_input("X", x, "FP32")])  # the new worker answers
+        assert triton.is_server_live()
+        y = triton.infer("scale", [infer_input("X", x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, 3 * x)
+
+
+def test_ensemble_steps_whose_inputs_are_ready_run_at_the_same_time(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        start_s = time.monotonic()
+        result = triton.infer("fan_out", [infer_input("X", x, "FP32")])
+        elapsed_s = time.monotonic() - start_s
+        np.testing.assert_array_equal(result.as_numpy("TWICE"), 2 * x)
+        np.testing.assert_array_equal(result.as_numpy("FIVE"), 5 * x)
+        assert elapsed_s < 1.1, f"two 0.6 s steps took {elapsed_s:.2f} s: they ran in turn"
