@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy.typing as npt
 
+from backends import BackendError
 from batching import RequestResult
 from server.ensemble import EnsembleResult
-from server.errors import ModelLoadFailedError, ModelNotReadyError, ServerStoppingError
+from server.errors import (
+    ModelLoadFailedError,
+    ModelNotReadyError,
+    ServerStoppingError,
+    UnsupportedError,
+)
 from server.inference import InferInput, InferOptions, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
 from server.scheduling import submit
@@ -169,16 +176,57 @@ class Engine:
         options: InferOptions,
     ) -> tuple[ModelVersion, RequestResult]:
         target = await self._target(model, version)
+        if target.router is not None:
+            raise UnsupportedError(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
         arrays, batch_size = check_request(target.io, inputs, outputs)
+        with self._counted():
+            result = await submit(target, arrays, batch_size, options)
+        return target, result
+
+    async def infer_stream(
+        self,
+        model: str,
+        version: str,
+        inputs: Sequence[InferInput],
+        outputs: Sequence[str],
+        options: InferOptions,
+        request_id: str = "",
+        carrier: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[tuple[InferResponse | BackendError | None, bool]]:
+        """Serve one request of a stream: each response (None: a final flag alone) with whether
+        it is the last; a decoupled model may send any number, any other model exactly one."""
+        if self._stopping:
+            raise ServerStoppingError("Server is stopping and accepts no new requests")
+        target = await self._target(model, version)
+        if target.router is None:
+            response = await self.infer(
+                model, version, inputs, outputs, options, request_id, carrier
+            )
+            yield response, True
+            return
+        arrays, batch_size = check_request(target.io, inputs, outputs)
+        with self._counted():
+            async for item in target.router.stream(target, arrays, batch_size, options):
+                if item.error is not None:
+                    yield item.error, item.final
+                elif item.outputs is None:
+                    yield None, item.final
+                else:
+                    yield _response(target, item.outputs, outputs), item.final
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """One request in flight for the graceful drain."""
         self._in_flight += 1
         self._idle.clear()
         try:
-            result = await submit(target, arrays, batch_size, options)
+            yield
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
-        return target, result
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

@@ -263,6 +263,39 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
         return encode_response(response, request.id, locations, self._shm, self._cuda_shm)
 
+    async def _stream_one(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> AsyncIterator[tuple[pb.ModelInferResponse | BackendError, bool]]:
+        """A stream request's responses; a decoupled model's final flag without a response
+        becomes an empty response only if the request enables it, as Triton's."""
+        locations = output_locations(request, self._shm, self._cuda_shm)
+        empty_final = request.parameters.get("triton_enable_empty_final_response")
+        async for response, final in self._engine.infer_stream(
+            request.model_name,
+            request.model_version,
+            decode_inputs(request, self._shm, self._cuda_shm),
+            requested_outputs(request),
+            infer_options(request),
+            request.id,
+            _trace_headers(context) if self._engine.tracing else None,
+        ):
+            if isinstance(response, BackendError):
+                yield response, final
+            elif response is not None:
+                yield (
+                    encode_response(response, request.id, locations, self._shm, self._cuda_shm),
+                    final,
+                )
+            elif final and empty_final is not None and empty_final.bool_param:
+                yield (
+                    pb.ModelInferResponse(
+                        model_name=request.model_name,
+                        model_version=request.model_version,
+                        id=request.id,
+                    ),
+                    final,
+                )
+
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -277,9 +310,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                message = pb.ModelStreamInferResponse(
-                    infer_response=await self._infer(request, context)
-                )
+                async for response, final in self._stream_one(request, context):
+                    if isinstance(response, BackendError):
+                        message = _stream_error(request, str(response))
+                    else:
+                        message = pb.ModelStreamInferResponse(infer_response=response)
+                    # Every streamed response says whether it is its request's last one.
+                    message.infer_response.parameters["triton_final_response"].bool_param = final
+                    answers.put_nowait(message)
+                return
             except (ServerError, BackendError, BatchingError) as exc:
                 message = _stream_error(request, str(exc))
             except Exception as exc:  # one request's fault never ends the stream

@@ -24,8 +24,9 @@ from backends import (
     PythonSettings,
     prepare_inputs,
 )
-from batching import Batcher, BatchingError, BatchPolicy
+from batching import Batcher, BatchingError, BatchPolicy, Executor
 from proto import model_config_pb2 as mc
+from server.decoupled import DecoupledRouter
 from server.ensemble import EnsembleScheduler, is_ensemble, plan_ensemble
 from server.errors import ConfigError, ServerError
 from server.inference import ModelIO
@@ -141,7 +142,13 @@ async def _new_version(
             instance.close()
         raise
     stats = ModelStats()
-    batcher = Batcher(f"{config.name}:{version}", instances, policy, stats.record_execution)
+    router = DecoupledRouter() if effective.model_transaction_policy.decoupled else None
+    batcher = Batcher(
+        f"{config.name}:{version}",
+        [_executor(instance, router) for instance in instances],
+        policy,
+        stats.record_execution,
+    )
     await batcher.start()
     _log.info(
         "loaded model '%s' version %d with %d instance(s)", config.name, version, len(instances)
@@ -158,6 +165,7 @@ async def _new_version(
         footprint_bytes(effective, source.file_stamp[0], len(instances)),
         time.monotonic() - started_s,
         prepare=prepare,
+        router=router,
     )
 
 
@@ -194,6 +202,13 @@ async def _open_instance(
     return await asyncio.to_thread(
         OrtInstance.load, name, model_file, OrtSettings.from_config(config)
     )
+
+
+def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
+    if router is None:
+        return instance
+    assert isinstance(instance, PythonInstance)  # only Python models may be decoupled
+    return router.executor(instance)
 
 
 def _complete(config: mc.ModelConfig, signature: ModelSignature) -> mc.ModelConfig:
@@ -237,7 +252,7 @@ async def _resize(
         index = len(target.instances)
         instance = await _open_instance(effective, path, target.version, model_file, index)
         target.instances.append(instance)
-        batcher.add_executor(instance)
+        batcher.add_executor(_executor(instance, target.router))
     while len(target.instances) > wanted:
         retired = await batcher.retire_executor()
         closing = next(i for i in target.instances if i is retired)

@@ -10,6 +10,7 @@ from typing import Any
 
 from backends import Instance, TensorMap
 from proto import model_config_pb2 as mc
+from server.decoupled import DecoupledRouter
 from server.inference import ModelIO
 from server.scheduling import Scheduler
 from server.stats import ModelStats
@@ -43,6 +44,7 @@ class ModelVersion:
     load_s: float  # how long building this version took (instances, warmup, batcher)
     # Per-request conversion the backend needs before batching (None: arrays go as they are).
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
+    router: DecoupledRouter | None = None  # a decoupled model's responses go through it
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,11 @@ def check_backend(config: mc.ModelConfig) -> None:
         raise ConfigError(
             f"model '{config.name}': a Python model declares its inputs and outputs in config.pbtxt"
         )
+    if config.model_transaction_policy.decoupled and not python:
+        raise ConfigError(
+            f"model '{config.name}': only Python models can be decoupled "
+            "(model_transaction_policy { decoupled: true })"
+        )
     if config.max_batch_size < 0:
         raise ConfigError(f"model '{config.name}': max_batch_size must be >= 0")
     for group in config.instance_group:

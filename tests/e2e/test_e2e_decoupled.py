@@ -1,0 +1,99 @@
+"""Decoupled Python models over ModelStreamInfer: 0..N responses per request, matched by id,
+`triton_final_response` as Triton marks it; unary inference on them is refused."""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from e2e_support import StartServer, infer_input
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+
+REPEAT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy().ravel()[0])
+            if count < 0:
+                error = pb_utils.TritonError("COUNT must be >= 0")
+                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            for index in range(count):
+                out = pb_utils.Tensor("INDEX", np.array([[index]], dtype=np.int32))
+                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def _repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    models.write_python_model(
+        repo,
+        "repeat",
+        REPEAT,
+        'name: "repeat"\nbackend: "python"\nmax_batch_size: 8\n'
+        "model_transaction_policy { decoupled: true }\n"
+        'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        "dynamic_batching { max_queue_delay_microseconds: 10000 }\n",
+    )
+    return repo
+
+
+def _count(value: int) -> list[grpcclient.InferInput]:
+    return [infer_input("COUNT", np.array([[value]], np.int32), "INT32")]
+
+
+def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    results: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        triton.start_stream(callback=lambda result, error: results.put((result, error)))
+        counts = {f"r{i}": i % 4 for i in range(12)}
+        for request_id, count in counts.items():
+            triton.async_stream_infer(
+                "repeat", _count(count), request_id=request_id, enable_empty_final_response=True
+            )
+        triton.async_stream_infer("repeat", _count(-1), request_id="bad")
+        seen: dict[str, list[int]] = {request_id: [] for request_id in counts}
+        finals: set[str] = set()
+        errors: list[str] = []
+        # Each request: `count` responses and an empty final one; the bad one: one error.
+        for _ in range(sum(counts.values()) + len(counts) + 1):
+            result, error = results.get(timeout=20)
+            if error is not None:
+                errors.append(str(error))
+                continue
+            assert result is not None
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            if final:
+                assert result.as_numpy("INDEX") is None  # the empty final response
+                finals.add(response.id)
+            else:
+                seen[response.id].append(int(result.as_numpy("INDEX").ravel()[0]))
+        triton.stop_stream()
+        assert finals == set(counts)
+        assert {rid: indices for rid, indices in seen.items()} == {
+            rid: list(range(count)) for rid, count in counts.items()
+        }
+        assert len(errors) == 1 and "COUNT must be >= 0" in errors[0]
+
+        # Unary inference cannot carry 0..N responses: refused as Triton does.
+        with pytest.raises(InferenceServerException, match="decoupled") as refused:
+            triton.infer("repeat", _count(1))
+        assert "UNIMPLEMENTED" in str(refused.value.status())
