@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, simple_inputs
+from e2e_support import StartServer, ensemble_config, infer_input, simple_inputs
 from onnx import TensorProto
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -62,6 +62,12 @@ def traced(
 ) -> Iterator[tuple[Receiver, str]]:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
+    steps = [("IN", "mid", "simple"), ("mid", "OUT", "simple")]
+    config = ensemble_config("twice", "TYPE_FP32", 16, steps)  # auto-completed simple batches 4
+    models.write_model(
+        repo, "twice", None, config.replace("max_batch_size: 8", "max_batch_size: 4")
+    )
+    (repo / "twice" / "1").mkdir()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{receiver[1]}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
@@ -137,3 +143,26 @@ def test_a_traceparent_continues_the_callers_trace(traced: tuple[Receiver, str])
     assert root.trace_id.hex() == CALLER_TRACE
     assert root.parent_span_id.hex() == CALLER_SPAN
     assert {s.trace_id.hex() for s in spans} == {CALLER_TRACE}
+
+
+def test_an_ensemble_request_has_one_span_per_step(traced: tuple[Receiver, str]) -> None:
+    collector, url = traced
+    traceparent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+    x = np.ones((1, 16), np.float32)
+    with _client(url) as client:
+        result = client.infer(
+            "twice", [infer_input("IN", x, "FP32")], headers={"traceparent": traceparent}
+        )
+    np.testing.assert_allclose(result.as_numpy("OUT"), 4 * x)  # (x + x), then doubled again
+    spans = _wait_for_spans(collector, 6)
+    root = next(s for s in spans if s.name == "InferRequest")
+    ensemble = next(s for s in spans if s.parent_span_id == root.span_id)
+    steps = [s for s in spans if s.parent_span_id == ensemble.span_id]
+    assert ensemble.name == "twice"
+    assert [s.name for s in steps] == ["simple", "simple"]
+    for step in steps:
+        (compute,) = [s for s in spans if s.parent_span_id == step.span_id]
+        assert compute.name == "compute"
+        assert ensemble.start_time_unix_nano <= step.start_time_unix_nano
+        assert step.end_time_unix_nano <= ensemble.end_time_unix_nano
+    assert steps[0].end_time_unix_nano <= steps[1].start_time_unix_nano  # the second needs mid
