@@ -27,6 +27,7 @@ from server.http.codec import (
     encode_response,
     infer_options,
     output_locations,
+    parameters_of,
     parse_json,
     requested_outputs,
     split_body,
@@ -233,7 +234,12 @@ class HttpFrontEnd:
     async def unload(self, request: web.Request) -> web.Response:
         if not self._model_control:
             raise ModelControlDisabledError()
-        await self._repository.unload(request.match_info["model"])
+        name = request.match_info["model"]
+        parameters = parameters_of(parse_json(await request.read()), f"unload of model '{name}'")
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidInputError("unload parameter 'unload_dependents' must be a boolean")
+        await self._repository.unload(name, unload_dependents=dependents)
         return web.Response(status=200)
 
     async def infer(self, request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+import tritonclient.http as httpclient
 from e2e_support import ConvoyServer, StartServer, ensemble_config, infer_input
 from PIL import Image
 from tritonclient.utils import InferenceServerException
@@ -152,6 +153,11 @@ def test_loading_an_ensemble_loads_its_composing_models_and_unload_dependents_fo
         assert not triton.is_model_ready("double")
         with pytest.raises(InferenceServerException, match="double"):
             triton.infer("double", [infer_input("A", a, "FP32"), infer_input("B", b, "FP32")])
+        # The same over HTTP/REST.
+        triton.load_model("double")
+        with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as rest:
+            rest.unload_model("simple", unload_dependents=True)
+        assert not triton.is_model_ready("double") and not triton.is_model_ready("simple")
 
 
 def test_an_ensemble_whose_step_model_is_gone_fails_clearly_and_recovers(
