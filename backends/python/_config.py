@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
 
 from backends.base import ModelSignature, TensorSignature
 from backends.errors import ModelLoadError
+from proto import message_json
 from proto import model_config_pb2 as mc
 
 # Config data types the python backend serves -> the NumPy dtype its arrays have (BYTES: object).
@@ -31,16 +30,6 @@ _NUMPY_DTYPES: dict[int, np.dtype[Any]] = {
     mc.TYPE_FP64: np.dtype(np.float64),
     mc.TYPE_STRING: np.dtype(np.object_),
 }
-
-_INT64_FIELD_TYPES = frozenset(
-    {
-        FieldDescriptor.TYPE_INT64,
-        FieldDescriptor.TYPE_UINT64,
-        FieldDescriptor.TYPE_SINT64,
-        FieldDescriptor.TYPE_FIXED64,
-        FieldDescriptor.TYPE_SFIXED64,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,34 +72,7 @@ def config_json(config: mc.ModelConfig) -> str:
     integers (dims, for one) as JSON numbers rather than proto3 JSON's strings, so that model code
     such as `np.zeros(output_config["dims"])` runs unchanged.
     """
-    data = json_format.MessageToDict(
-        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    return json.dumps(_int64_as_numbers(config.DESCRIPTOR, data))
-
-
-def _int64_as_numbers(descriptor: Any, data: dict[str, Any]) -> dict[str, Any]:
-    for field in descriptor.fields:
-        if field.name not in data:
-            continue
-        value = data[field.name]
-        entry = field.message_type
-        if entry is not None and entry.GetOptions().map_entry:
-            value_field = entry.fields_by_name["value"]
-            data[field.name] = {key: _fix(value_field, item) for key, item in value.items()}
-        elif field.is_repeated:
-            data[field.name] = [_fix(field, item) for item in value]
-        else:
-            data[field.name] = _fix(field, value)
-    return data
-
-
-def _fix(field: FieldDescriptor, value: Any) -> Any:
-    if field.message_type is not None:
-        return _int64_as_numbers(field.message_type, value)
-    if field.type in _INT64_FIELD_TYPES:
-        return int(value)
-    return value
+    return json.dumps(message_json(config))
 
 
 def _numpy_dtype(model: str, tensor: str, data_type: int) -> np.dtype[Any]:

@@ -12,6 +12,7 @@ from aiohttp import web
 from backends import BackendError
 from batching import BatchingError
 from proto import grpc_service_pb2 as pb
+from proto import message_json
 from server.cuda_shm import CudaSharedMemoryRegistry
 from server.engine import Engine
 from server.errors import (
@@ -34,7 +35,6 @@ from server.http.codec import (
     trace_carrier,
 )
 from server.http.generate import GenerateRoutes
-from server.http.messages import message_json
 from server.http.status import http_status_for
 from server.logs import LogControl
 from server.messages import (

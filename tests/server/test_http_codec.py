@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from proto import grpc_service_pb2 as pb
+from proto import message_json
 from server.datatypes import BY_WIRE, encode_raw
 from server.engine import InferOutput, InferResponse
 from server.errors import (
@@ -29,7 +30,6 @@ from server.http.codec import (
     requested_outputs,
     split_body,
 )
-from server.http.messages import message_json
 from server.inference import TensorSpec
 from server.shm import SharedMemoryRegistry
 

@@ -1,4 +1,6 @@
-"""Protobuf answers as Triton's HTTP JSON: every field printed, 64-bit integers as numbers."""
+"""Messages as Triton's JSON: field names as in the proto, every field printed, and 64-bit
+integers as numbers (proto3 JSON quotes them; Triton's HTTP front end and the config it hands to
+Python models do not)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,7 @@ _INT64_TYPES = frozenset(
 
 
 def message_json(message: Message) -> dict[str, Any]:
-    """The message as proto3 JSON with its field names, except that 64-bit integers stay
-    numbers (proto3 JSON quotes them; Triton's HTTP front end does not)."""
+    """The message as a JSON-ready dict, as Triton prints it."""
     printed = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
