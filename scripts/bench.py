@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -187,7 +187,7 @@ class Machine:
             cores=os.cpu_count() or 0,
             python=platform.python_version(),
             onnxruntime=ort.__version__,
-            convoy=version("convoy"),
+            convoy=_installed_version("convoy"),
             load_average_before=load_average,
         )
 
@@ -206,6 +206,14 @@ class Placing:
 
     kind: str = ""  # e.g. KIND_GPU; empty keeps each spec's instance_group
     count: int = 0  # instances per variant; 0 keeps the spec's count
+
+
+def _installed_version(distribution: str) -> str:
+    # scripts/gpu_check.sh runs from the source tree without installing convoy.
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "0+source"
 
 
 def variant_config(spec: ModelSpec, batching: str, placing: Placing = Placing()) -> str:
@@ -477,11 +485,13 @@ def ratios(
         return a / b if a is not None and b else None
 
     out: dict[str, float | None] = {}
-    for limit in limits:
-        model = limit.model
+    limit_of = {limit.model: limit for limit in limits}  # none with --gpu
+    for model in dict.fromkeys(r.model for r in rows):
         out[f"{model} on/off @{high}"] = ratio(rate(model, "on", high), rate(model, "off", high))
-        served = [r for c in concurrencies if (r := rate(model, "on", c)) is not None]
-        out[f"{model} served/limit"] = ratio(max(served, default=None), limit.best_infer_per_s)
+        limit = limit_of.get(model)
+        if limit is not None:
+            served = [r for c in concurrencies if (r := rate(model, "on", c)) is not None]
+            out[f"{model} served/limit"] = ratio(max(served, default=None), limit.best_infer_per_s)
         for front_end in ("stream", "http"):
             if any(r.batching == front_end for r in rows):
                 out[f"{model} {front_end}/unary @{high}"] = ratio(
@@ -562,6 +572,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also measure the batching variant over HTTP/REST (perf_analyzer -i http)",
     )
+    parser.add_argument(
+        "--gpu", action="store_true", help="serve every variant with KIND_GPU instances"
+    )
+    parser.add_argument(
+        "--instances", type=int, default=0, help="instances per variant (default: the spec's)"
+    )
+    parser.add_argument(
+        "--nvml", action="store_true", help="sample GPU utilization (NVML) during each run"
+    )
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
     args = parser.parse_args(argv)
     unknown = set(args.models) - set(SPECS)
@@ -578,15 +597,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     subprocess.run([str(PERF_ANALYZER), "--prepare-only"], check=True, stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="convoy-bench-") as tmp:
         scratch = Path(tmp)
-        repo = build_repository(scratch, specs)
-        # Nothing else runs while the limit is measured, nor while either server is.
-        limits = [measure_limit(spec, repo / f"{spec.name}_on") for spec in specs]
+        placing = Placing("KIND_GPU" if args.gpu else "", args.instances)
+        repo = build_repository(scratch, specs, placing)
+        # Nothing else runs while the limit is measured, nor while either server is. The limit
+        # is a CPU session's: with --gpu there is none to compare with.
+        limits = [] if args.gpu else [measure_limit(s, repo / f"{s.name}_on") for s in specs]
+        gpus = GpuUtilization() if args.nvml else None
         command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
         command += ["--grpc-port", "0", "--metrics-port", "0", "--http-port", "0"]
         extra = (["stream"] if args.streaming else []) + (["http"] if args.http else [])
         with server_process(command, scratch / "convoy.log", CONVOY_LINE) as (port, http_port):
             rows = measure_convoy(
-                (port, http_port), specs, args.concurrency, args.window_ms, scratch, extra
+                (port, http_port),
+                specs,
+                args.concurrency,
+                args.window_ms,
+                scratch,
+                extra,
+                gpus=gpus,
             )
         if args.baseline == "fastapi":
             rows += measure_fastapi(repo, specs, args.concurrency, scratch)
@@ -598,6 +626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_limits(limits))
     print("ratios: " + "; ".join(f"{k} = {_ratio_text(v)}" for k, v in headline.items()))
     print(host.line())
+    if gpus is not None:
+        print(f"gpus: {', '.join(gpus.names)}; {placing.count or 'spec'} instance(s) per variant")
     print(f"wall time: {wall_s:.0f} s")
     if args.out:
         report = {
@@ -606,7 +636,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ratios": headline,
             "machine": asdict(host),
             "wall_s": wall_s,
-            "settings": {"window_ms": args.window_ms, "concurrency": args.concurrency},
+            "settings": {
+                "window_ms": args.window_ms,
+                "concurrency": args.concurrency,
+                "gpu": args.gpu,
+                "instances": args.instances,
+            },
+            "gpus": gpus.names if gpus is not None else [],
         }
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -175,7 +175,8 @@ class CudaOrtInstance(OrtInstance):
         return cupy.ascontiguousarray(batch)
 
     def _here(self, array: Any) -> Any:
-        # On this device, in stream order: host arrays are uploaded, other GPUs' arrays copied.
+        # On this device, in stream order: host arrays are uploaded, other GPUs' arrays copied
+        # (whole: CUDA shared memory views and CuPy outputs are C-contiguous).
         cupy = self._cupy
         if not is_device_array(array):
             return cupy.asarray(array)

@@ -47,6 +47,7 @@ def autocomplete(
     signature: ModelSignature,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     default_instance_count: int = 2,
+    cuda_device_count: int = 0,
 ) -> mc.ModelConfig:
     """Fill what the config leaves out (inputs, outputs, max_batch_size, instances) from the file.
 
@@ -69,7 +70,7 @@ def autocomplete(
             _fill_tensor(done.output.add(), tensor, batching)
     if not declared and done.max_batch_size > 1 and done.WhichOneof("scheduling_choice") is None:
         done.dynamic_batching.SetInParent()
-    _fill_instance_groups(done, default_instance_count)
+    _fill_instance_groups(done, default_instance_count, cuda_device_count)
     if (
         done.HasField("dynamic_batching")
         and not done.dynamic_batching.preferred_batch_size
@@ -88,16 +89,22 @@ def _fill_tensor(
     target.dims.extend(tensor.shape[1:] if batching else tensor.shape)
 
 
-def _fill_instance_groups(config: mc.ModelConfig, default_count: int) -> None:
+def _fill_instance_groups(config: mc.ModelConfig, default_count: int, gpus: int) -> None:
+    """Report groups as the instances will run (the placement plan follows the same rules)."""
     if not config.instance_group:
         group = config.instance_group.add()
-        group.kind = mc.ModelInstanceGroup.KIND_CPU
+        group.kind = mc.ModelInstanceGroup.KIND_AUTO
         group.count = 1
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
-            group.kind = mc.ModelInstanceGroup.KIND_CPU  # no GPU support yet
+            on_gpu = gpus > 0 and config.backend != PYTHON_BACKEND
+            group.kind = (
+                mc.ModelInstanceGroup.KIND_GPU if on_gpu else mc.ModelInstanceGroup.KIND_CPU
+            )
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpus))
         if group.count < 1:
             # Triton's ONNX Runtime backend runs two CPU instances when a group gives no count.
-            group.count = default_count
+            group.count = default_count if group.kind == mc.ModelInstanceGroup.KIND_CPU else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +18,13 @@ from backends import (
     BackendError,
     Instance,
     ModelSignature,
-    OrtInstance,
     OrtSettings,
+    Placement,
     PythonInstance,
     PythonSettings,
+    cuda_device_count,
+    load_instance,
+    plan_placements,
     prepare_inputs,
 )
 from batching import Batcher, BatchingError, BatchPolicy, Executor
@@ -124,17 +127,22 @@ async def _new_version(
 ) -> ModelVersion:
     started_s = time.monotonic()
     python = config.backend == PYTHON_BACKEND
+    # Planned from the config as written: the first instance opens before auto-complete.
+    placements = [] if python else plan_placements(config, cuda_device_count())
     instances: list[Instance] = []
     try:
         if python:  # the config declares the tensors; initialize() sees the completed config
             effective = _complete(config, ModelSignature((), ()))
         else:
-            instances.append(await _open_instance(config, path, version, model_file, 0))
+            instances.append(await _open_instance(config, path, version, model_file, 0, placements))
             effective = _complete(config, instances[0].signature)
             check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
-        for index in range(len(instances), _instance_count(effective)):
-            instances.append(await _open_instance(effective, path, version, model_file, index))
+        count = len(placements) if placements else _instance_count(effective)
+        for index in range(len(instances), count):
+            instances.append(
+                await _open_instance(effective, path, version, model_file, index, placements)
+            )
         prepare = None if python or not _takes_strings(effective) else prepare_inputs
         await warm_up(effective, path, version, instances, prepare)
     except BaseException:
@@ -193,14 +201,20 @@ async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) 
 
 
 async def _open_instance(
-    config: mc.ModelConfig, path: Path, version: int, model_file: Path, index: int
+    config: mc.ModelConfig,
+    path: Path,
+    version: int,
+    model_file: Path,
+    index: int,
+    placements: Sequence[Placement],
 ) -> Instance:
+    """Instance `index` of a version: a Python worker, or an ONNX session where planned."""
     name = f"{config.name}_{version}_{index}"
     if config.backend == PYTHON_BACKEND:
         settings = PythonSettings.from_config(config)
         return await asyncio.to_thread(PythonInstance.load, name, path, version, config, settings)
     return await asyncio.to_thread(
-        OrtInstance.load, name, model_file, OrtSettings.from_config(config)
+        load_instance, name, model_file, OrtSettings.from_config(config), placements[index]
     )
 
 
@@ -214,7 +228,7 @@ def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
 def _complete(config: mc.ModelConfig, signature: ModelSignature) -> mc.ModelConfig:
     if config.backend == PYTHON_BACKEND:  # Triton's default: one instance for other backends
         return autocomplete(config, signature, default_instance_count=1)
-    return autocomplete(config, signature)
+    return autocomplete(config, signature, cuda_device_count=cuda_device_count())
 
 
 def _takes_strings(config: mc.ModelConfig) -> bool:
@@ -247,10 +261,14 @@ async def _resize(
     batcher = target.scheduler
     assert isinstance(batcher, Batcher)  # only versions with instances are resized
     effective = _complete(config, target.instances[0].signature)
-    wanted = _instance_count(effective)
+    python = config.backend == PYTHON_BACKEND
+    placements = [] if python else plan_placements(config, cuda_device_count())
+    wanted = len(placements) if placements else _instance_count(effective)
     while len(target.instances) < wanted:
         index = len(target.instances)
-        instance = await _open_instance(effective, path, target.version, model_file, index)
+        instance = await _open_instance(
+            effective, path, target.version, model_file, index, placements
+        )
         target.instances.append(instance)
         batcher.add_executor(_executor(instance, target.router))
     while len(target.instances) > wanted:

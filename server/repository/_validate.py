@@ -35,10 +35,10 @@ def check_backend(config: mc.ModelConfig) -> None:
     if config.max_batch_size < 0:
         raise ConfigError(f"model '{config.name}': max_batch_size must be >= 0")
     for group in config.instance_group:
-        if group.kind == mc.ModelInstanceGroup.KIND_GPU or group.gpus:
+        if python and (group.kind == mc.ModelInstanceGroup.KIND_GPU or group.gpus):
             raise ConfigError(
-                f"model '{config.name}': instance group '{group.name}' asks for a GPU, "
-                "and this server runs on CPU only"
+                f"model '{config.name}': instance group '{group.name}' asks for a GPU; "
+                "Python models run on CPU"
             )
         if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
             raise ConfigError(

@@ -1,6 +1,12 @@
 """The memory budget: footprints and which idle models LRU eviction picks."""
 
-from server.repository import Resident, choose_evictions, footprint_bytes, parse_config
+from server.repository import (
+    Resident,
+    auto_limit_bytes,
+    choose_evictions,
+    footprint_bytes,
+    parse_config,
+)
 
 
 def test_footprint_is_weights_plus_a_full_batch_per_instance() -> None:
@@ -33,3 +39,9 @@ def test_busy_models_are_never_evicted() -> None:
     assert choose_evictions(residents, needed_bytes=50, free_bytes=10) is None
     chosen = choose_evictions(residents, needed_bytes=12, free_bytes=10)
     assert [r.name for r in chosen or []] == ["idle"]
+
+
+def test_the_auto_budget_is_half_the_gpus_memory_where_there_are_gpus() -> None:
+    assert auto_limit_bytes(cuda_total_bytes=80 * 2**30) == 40 * 2**30
+    ram_share = auto_limit_bytes(cuda_total_bytes=0)  # no GPU: a share of the RAM
+    assert 0 < ram_share < 2**50
