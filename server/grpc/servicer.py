@@ -48,6 +48,7 @@ _log = logging.getLogger(__name__)
 # What ServerMetadata advertises: only extensions Convoy really implements.
 EXTENSIONS = (
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
     "parameters",
@@ -206,7 +207,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ServerMetadataRequest, context: Any
     ) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(
-            name="convoy", version=self._version, extensions=list(EXTENSIONS)
+            name="convoy",
+            version=self._version,
+            extensions=[
+                *EXTENSIONS,
+                *(["cuda_shared_memory"] if self._cuda_shm is not None else []),
+            ],
         )
 
     @_edge

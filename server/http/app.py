@@ -53,6 +53,7 @@ _log = logging.getLogger(__name__)
 # What GET /v2 advertises: the extensions this front end implements.
 HTTP_EXTENSIONS = (
     "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
     "parameters",
