@@ -22,7 +22,11 @@
 #        or changed system-wide;
 #     3. `dpkg-deb -x` those into a private root and run the binary through
 #        trixie's dynamic loader with --library-path pointing at that root
-#        (and --inhibit-cache so the host's ld.so.cache is not consulted).
+#        (and --inhibit-cache so the host's ld.so.cache is not consulted);
+#     4. put CUDA's runtime library (from the `nvidia-cuda-runtime-cu12` wheel)
+#        on that path: the binary dlopens libcudart.so for any --shared-memory
+#        mode, `system` included, and only loads it (no driver, no GPU needed).
+#        Without it everything but --shared-memory still works.
 #   Everything lives under tools/perf_analyzer/ in the repo root (gitignored).
 #   Every step is skipped when its result already exists; delete
 #   tools/perf_analyzer/ to start over.
@@ -64,7 +68,8 @@ PA_DIR="${TOOLS}/pa"           # unpacked wheel
 APT_DIR="${TOOLS}/apt"         # private apt config/state/cache
 DEB_DIR="${TOOLS}/debs"        # downloaded .deb files
 LD_SO="${ROOT}/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
-LIB_PATH="${ROOT}/usr/lib/x86_64-linux-gnu:${ROOT}/lib/x86_64-linux-gnu"
+CUDART_DIR="${TOOLS}/cudart"   # libcudart.so for --shared-memory
+LIB_PATH="${ROOT}/usr/lib/x86_64-linux-gnu:${ROOT}/lib/x86_64-linux-gnu:${CUDART_DIR}/lib"
 
 prepare_only=0
 if [[ "${1:-}" == "--prepare-only" ]]; then
@@ -229,6 +234,30 @@ check_libs() {
   touch "${TOOLS}/.checked"
 }
 
+# --- step 4: CUDA's runtime library, loaded (never used) for --shared-memory system ---
+fetch_cudart() {
+  if [[ -e "${CUDART_DIR}/lib/libcudart.so" ]]; then
+    return 0
+  fi
+  local py tmp lib
+  py="$(pick_python)"
+  tmp="$(mktemp -d "${TOOLS}/.cudart.XXXXXX")"
+  if ! "${py}" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+      --no-deps "nvidia-cuda-runtime-cu12" -d "${tmp}" >&2; then
+    rm -rf "${tmp}"
+    log "warning: no nvidia-cuda-runtime-cu12 wheel; --shared-memory will not work"
+    return 0
+  fi
+  "${py}" -m zipfile -e "${tmp}"/nvidia_cuda_runtime_cu12-*.whl "${tmp}/x"
+  lib="$(find "${tmp}/x" -name 'libcudart.so.12' | head -n 1)"
+  [[ -n "${lib}" ]] || die "the nvidia-cuda-runtime-cu12 wheel holds no libcudart.so.12"
+  mkdir -p "${CUDART_DIR}/lib"
+  cp "${lib}" "${CUDART_DIR}/lib/"
+  ln -sf libcudart.so.12 "${CUDART_DIR}/lib/libcudart.so"
+  rm -rf "${tmp}"
+  log "got libcudart.so.12 for --shared-memory"
+}
+
 prepare() {
   mkdir -p "${TOOLS}"
   fetch_wheel
@@ -236,6 +265,7 @@ prepare() {
   fetch_debs
   extract_debs
   check_libs
+  fetch_cudart
 }
 
 prepare

@@ -2,8 +2,9 @@
 
 The request path only updates `ModelStats` (counters and two histogram buckets, about a
 microsecond); the collector walks the statistics when scraped, and asks `server.samplers` for
-the CPU and GPU figures. Counters keep Triton's exact names in samples and in HELP/TYPE lines (prometheus_client's
-text exposition would name the family `<name>_total`), so the page is rendered here.
+the CPU and GPU figures. Counters keep Triton's exact names in samples and in HELP/TYPE lines
+(prometheus_client's text exposition would name the family `<name>_total`), so the page is
+rendered here.
 """
 
 from __future__ import annotations

@@ -408,6 +408,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.CudaSharedMemoryStatusRequest, context: Any
     ) -> pb.CudaSharedMemoryStatusResponse:
         status = pb.CudaSharedMemoryStatusResponse
+        if self._cuda_shm is None and not request.name:
+            return status()  # no GPU: no regions (clients list them before cleaning up)
         return status(
             regions={
                 region.name: status.RegionStatus(
@@ -430,7 +432,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self._cuda_registry().unregister(request.name)
+        # Unregistering every region succeeds without a GPU: there is none (perf_analyzer and
+        # tritonclient clean up both kinds of shared memory this way).
+        if self._cuda_shm is not None or request.name:
+            self._cuda_registry().unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     @_edge

@@ -124,8 +124,31 @@ class AdminRoutes:
 
     async def cuda_shm(self, request: web.Request) -> web.Response:
         # Without a GPU, the refusal gRPC's CUDA shared memory RPCs give; with one, gRPC serves
-        # CUDA regions and HTTP does not yet.
+        # CUDA regions and HTTP does not register them yet.
         raise UnsupportedError(NO_CUDA_SHM if self._cuda_shm is None else _NO_CUDA_SHM_OVER_HTTP)
+
+    async def cuda_shm_status(self, request: web.Request) -> web.Response:
+        region = request.match_info.get("region", "")
+        if self._cuda_shm is None:
+            if region:
+                return await self.cuda_shm(request)
+            return web.json_response([])  # no GPU: no regions
+        return web.json_response(
+            [
+                {"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}
+                for r in self._cuda_shm.status(region)
+            ]
+        )
+
+    async def cuda_shm_unregister(self, request: web.Request) -> web.Response:
+        # Unregistering every region succeeds without a GPU: there is none (clients clean up
+        # both kinds of shared memory this way).
+        region = request.match_info.get("region", "")
+        if self._cuda_shm is not None:
+            self._cuda_shm.unregister(region)
+        elif region:
+            return await self.cuda_shm(request)
+        return web.Response(status=200)
 
     async def trace_setting(self, request: web.Request) -> web.Response:
         model = request.match_info.get("model", "")

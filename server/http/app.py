@@ -155,7 +155,7 @@ class HttpFrontEnd:
         system, cuda = "/v2/systemsharedmemory", "/v2/cudasharedmemory"
         for base, status, register, unregister in (
             (system, admin.shm_status, admin.shm_register, admin.shm_unregister),
-            (cuda, admin.cuda_shm, admin.cuda_shm, admin.cuda_shm),  # refused, as over gRPC
+            (cuda, admin.cuda_shm_status, admin.cuda_shm, admin.cuda_shm_unregister),
         ):
             table += [
                 ("GET", f"{base}/status", status, "shared-memory"),

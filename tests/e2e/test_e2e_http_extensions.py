@@ -22,6 +22,7 @@ from e2e_support import ConvoyServer, StartServer
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
+from backends import cuda_available
 from scripts import models
 
 BYTES = 16 * 4  # one FP32 [1, 16] tensor of `simple`
@@ -191,23 +192,26 @@ def test_shared_memory_faults_are_bad_requests_and_the_server_goes_on(
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2, np.float32))
 
 
-def test_cuda_shared_memory_is_refused_as_over_grpc(
+def test_cuda_shared_memory_without_a_gpu_is_refused_as_over_grpc(
     http: httpclient.InferenceServerClient,
     grpc: grpcclient.InferenceServerClient,
     convoy: ConvoyServer,
 ) -> None:
-    try:
-        grpc.get_cuda_shared_memory_status()
-    except InferenceServerException as refused:  # no usable GPU: gRPC refuses, and so does HTTP
-        assert refused.status() == "StatusCode.UNIMPLEMENTED"
-        expected = refused.message()
-    else:  # gRPC serves CUDA regions; HTTP does not yet
-        expected = "CUDA shared memory is not supported over HTTP yet; use gRPC"
-    over_http = error_of(http.get_cuda_shared_memory_status)
-    assert (over_http.status(), over_http.message()) == ("501", expected)
-    assert error_of(http.unregister_cuda_shared_memory).status() == "501"
+    if cuda_available():
+        pytest.skip("checks the behaviour without a usable GPU")
+    with pytest.raises(InferenceServerException) as refused:
+        grpc.get_cuda_shared_memory_status("r")
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    over_http = error_of(http.get_cuda_shared_memory_status, "r")
+    assert (over_http.status(), over_http.message()) == ("501", refused.value.message())
+    assert error_of(http.unregister_cuda_shared_memory, "r").status() == "501"
     status, _, _ = post(convoy, "/v2/cudasharedmemory/region/r/register", {"byte_size": 8})
     assert status == 501
+    # Listing and unregistering all regions succeed on both: there are none.
+    assert len(grpc.get_cuda_shared_memory_status().regions) == 0
+    grpc.unregister_cuda_shared_memory()
+    assert http.get_cuda_shared_memory_status() == []
+    http.unregister_cuda_shared_memory()
 
 
 # ---- trace and log settings ------------------------------------------------------------------
