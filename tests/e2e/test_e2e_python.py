@@ -99,7 +99,36 @@ def _repository(tmp_path: Path) -> Path:
         'output_map { key: "Y" value: "FIVE" } } ] }\n',
         encoding="utf-8",
     )
+    # The same slow model behind a bound of one execution in flight per step.
+    models.write_python_model(
+        repo,
+        "slow_pair",
+        SCALE,
+        _config("slow_pair", 1.0, 0.3, "instance_group [ { count: 2 kind: KIND_CPU } ]\n"),
+    )
+    (repo / "bounded" / "1").mkdir(parents=True)
+    (repo / "bounded" / "config.pbtxt").write_text(
+        'name: "bounded"\nplatform: "ensemble"\nmax_batch_size: 16\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        "ensemble_scheduling { max_inflight_requests: 1 step [\n"
+        '{ model_name: "slow_pair" model_version: -1 input_map { key: "X" value: "X" } '
+        'output_map { key: "Y" value: "Y" } } ] }\n',
+        encoding="utf-8",
+    )
     return repo
+
+
+async def _infer_concurrently(url: str, model: str, count: int) -> list[np.ndarray]:
+    async with aioclient.InferenceServerClient(url) as triton:
+
+        async def one(i: int) -> np.ndarray:
+            x = np.full((1, 4), float(i), np.float32)
+            tensor = aioclient.InferInput("X", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            return (await triton.infer(model, [tensor])).as_numpy("Y")
+
+        return await asyncio.gather(*(one(i) for i in range(count)))
 
 
 async def _scale_concurrently(url: str, count: int) -> list[np.ndarray]:
@@ -162,3 +191,15 @@ def test_ensemble_steps_whose_inputs_are_ready_run_at_the_same_time(
         np.testing.assert_array_equal(result.as_numpy("TWICE"), 2 * x)
         np.testing.assert_array_equal(result.as_numpy("FIVE"), 5 * x)
         assert elapsed_s < 1.1, f"two 0.6 s steps took {elapsed_s:.2f} s: they ran in turn"
+
+
+def test_max_inflight_requests_bounds_the_executions_in_flight_at_a_step(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    start_s = time.monotonic()
+    answers = asyncio.run(_infer_concurrently(server.url, "bounded", 3))
+    elapsed_s = time.monotonic() - start_s
+    assert [float(y.ravel()[0]) for y in answers] == [0.0, 1.0, 2.0]
+    # Two instances could run two at once (0.6 s); the bound of one makes it three in turn.
+    assert elapsed_s >= 0.9, f"3 requests of 0.3 s took {elapsed_s:.2f} s: not bounded"

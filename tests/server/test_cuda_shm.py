@@ -98,14 +98,18 @@ def test_without_cuda_the_rpcs_answer_unimplemented_behind_their_restriction(
                 client.get_cuda_shared_memory_status()
             assert restricted.value.status() == "StatusCode.UNAVAILABLE"
             for call, args in (
-                (client.get_cuda_shared_memory_status, ()),
+                (client.get_cuda_shared_memory_status, ("r",)),
                 (client.register_cuda_shared_memory, ("r", base64.b64encode(bytes(64)), 0, 8)),
-                (client.unregister_cuda_shared_memory, ()),
+                (client.unregister_cuda_shared_memory, ("r",)),
             ):
                 with pytest.raises(InferenceServerException) as refused:
                     call(*args, headers={"key": "value"})
                 assert refused.value.status() == "StatusCode.UNIMPLEMENTED", call
                 assert "CUDA shared memory needs a CUDA device" in refused.value.message()
+            # All regions: there are none, so listing and unregistering them succeed.
+            status = client.get_cuda_shared_memory_status(headers={"key": "value"})
+            assert len(status.regions) == 0
+            client.unregister_cuda_shared_memory(headers={"key": "value"})
     finally:
         assert server.stop() == 0
 
