@@ -12,7 +12,7 @@ from aiohttp import web
 from backends import BackendError, on_host
 from batching import BatchingError
 from server.engine import Engine, InferResponse
-from server.errors import InvalidInputError, ModelNotReadyError
+from server.errors import InvalidInputError, ModelNotReadyError, ServerError
 from server.http.codec import JsonObject, decode_json_data, json_data, parse_json, trace_carrier
 from server.http.status import http_status_for
 from server.inference import InferInput, InferOptions, ModelIO
@@ -127,31 +127,55 @@ class GenerateRoutes:
                 raise
             return ModelIO.from_config(config)
 
-    async def _answer(self, request: web.Request) -> JsonObject:
+    async def _request(self, request: web.Request) -> tuple[str, str, list[InferInput], str]:
         name, version = request.match_info["model"], request.match_info.get("version", "")
         body = parse_json(await request.read())
         inputs, request_id = generate_inputs(body, self._io(name, version))
+        return name, version, inputs, request_id
+
+    async def generate(self, request: web.Request) -> web.Response:
+        name, version, inputs, request_id = await self._request(request)
         carrier = trace_carrier(request.headers) if self._engine.tracing else None
         response = await self._engine.infer(
             name, version, inputs, [], InferOptions(), request_id, carrier
         )
-        return generate_answer(response, request_id)
-
-    async def generate(self, request: web.Request) -> web.Response:
-        return web.json_response(await self._answer(request))
+        return web.json_response(generate_answer(response, request_id))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        """One event per response: exactly one, as no model here is decoupled. A request the
-        model failed is answered as an error event with the error's status (Triton's way); one
-        refused before it ran, as a JSON error."""
+        """One event per response: a decoupled model's every response, any other model's one.
+        A request the model failed is answered as an error event with the error's status
+        (Triton's way); one refused before it ran, as a JSON error."""
+        name, version, inputs, request_id = await self._request(request)
+        carrier = trace_carrier(request.headers) if self._engine.tracing else None
+        responses = self._engine.infer_stream(
+            name, version, inputs, [], InferOptions(), request_id, carrier
+        ).__aiter__()
         try:
-            answer, status = await self._answer(request), 200
+            first: tuple[InferResponse | BackendError | None, bool] | None = await anext(responses)
+            status = 200
+        except StopAsyncIteration:
+            first, status = None, 200
         except (BackendError, BatchingError) as exc:
-            answer, status = {"error": str(exc)}, http_status_for(exc)
+            first, status = (BackendError(str(exc)), True), http_status_for(exc)
         stream = web.StreamResponse(
             status=status, headers={"Content-Type": "text/event-stream; charset=utf-8"}
         )
         await stream.prepare(request)
-        await stream.write(event(answer))
+        try:
+            if first is not None:
+                await stream.write(_event_of(first[0], request_id))
+                if status == 200 and not first[1]:
+                    async for response, _ in responses:
+                        await stream.write(_event_of(response, request_id))
+        except (ServerError, BackendError, BatchingError) as exc:  # mid-stream: in-band
+            await stream.write(event({"error": str(exc)}))
         await stream.write_eof()
         return stream
+
+
+def _event_of(response: InferResponse | BackendError | None, request_id: str) -> bytes:
+    if response is None:
+        return b""  # a final flag alone sends nothing
+    if isinstance(response, BackendError):
+        return event({"error": str(response)})
+    return event(generate_answer(response, request_id))

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import queue
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +99,22 @@ def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
         with pytest.raises(InferenceServerException, match="decoupled") as refused:
             triton.infer("repeat", _count(1))
         assert "UNIMPLEMENTED" in str(refused.value.status())
+
+
+def test_generate_stream_sends_every_response_of_a_decoupled_model(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.http_port}/v2/models/repeat/generate_stream",
+        data=json.dumps({"COUNT": 3}).encode(),
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/event-stream")
+        events = [
+            json.loads(line[len(b"data: ") :])
+            for line in answer.read().splitlines()
+            if line.startswith(b"data: ")
+        ]
+    assert [e["INDEX"] for e in events] == [0, 1, 2]
+    assert {e["model_name"] for e in events} == {"repeat"}
