@@ -27,6 +27,7 @@ class EnsemblePlan:
 
     name: str
     inputs: tuple[str, ...]  # the ensemble's own input tensors
+    optional: frozenset[str]  # those a request may leave out (they feed only optional inputs)
     outputs: tuple[str, ...]  # the ensemble's own output tensors
     steps: tuple[Step, ...]  # topologically sorted
     max_inflight: int  # executions in flight per step, across requests; 0: unbounded
@@ -66,6 +67,7 @@ def plan_ensemble(
     if not config.ensemble_scheduling.step:
         raise ConfigError(f"ensemble '{name}' has no ensemble_scheduling steps")
     batching = config.max_batch_size > 0
+    optional = {t.name for t in config.input if t.optional}
     produced: dict[str, _Tensor] = {
         t.name: _tensor(t, batching, f"ensemble input '{t.name}'") for t in config.input
     }
@@ -99,6 +101,11 @@ def plan_ensemble(
                 raise ConfigError(f"{label}: input_map names '{key}', which is not an input")
             expected = _tensor(model_inputs[key], step_batching, f"{label} input '{key}'")
             wanted.append((tensor, expected))
+            if tensor in optional and not model_inputs[key].optional:
+                raise ConfigError(
+                    f"{label}: optional ensemble input '{tensor}' feeds input '{key}', which "
+                    "the model requires"
+                )
         unmapped = [t.name for t in model.input if t.name not in step.inputs and not t.optional]
         if unmapped:
             raise ConfigError(f"{label}: input(s) {unmapped} are not mapped in input_map")
@@ -121,6 +128,7 @@ def plan_ensemble(
     return EnsemblePlan(
         name,
         tuple(t.name for t in config.input),
+        frozenset(optional),
         tuple(t.name for t in config.output),
         _sorted_steps(name, steps, {t.name for t in config.input}),
         config.ensemble_scheduling.max_inflight_requests,

@@ -102,17 +102,24 @@ class EnsembleScheduler:
         self, inputs: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
     ) -> RequestResult:
         tensors: dict[str, npt.NDArray[Any]] = dict(inputs)
+        # Optional inputs the request left out: the steps they feed run without them.
+        absent = self._plan.optional - tensors.keys()
         waiting = list(self._plan.steps)
         running: dict[asyncio.Task[StepRun], Step] = {}
         runs: list[StepRun] = []
         try:
             while waiting or running:
-                for step in [s for s in waiting if all(t in tensors for t in s.inputs.values())]:
+                ready = [
+                    s
+                    for s in waiting
+                    if all(t in tensors or t in absent for t in s.inputs.values())
+                ]
+                for step in ready:
                     waiting.remove(step)
                     task = asyncio.create_task(self._step(step, tensors, options))
                     running[task] = step
-                if not running:  # the plan was checked at load; a missing tensor is a bug
-                    raise RuntimeError(f"ensemble '{self._plan.name}': steps cannot start")
+                if not running:  # the plan was checked at load: every tensor has a producer
+                    raise RuntimeError(f"ensemble '{self._plan.name}': no step can start")
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
@@ -156,6 +163,7 @@ class EnsembleScheduler:
         inputs = [
             InferInput(name, spec[name].datatype.wire, tuple(tensors[t].shape), tensors[t])
             for name, t in step.inputs.items()
+            if t in tensors
         ]
         arrays, batch_size = check_request(target.io, inputs, list(step.outputs))
         gate = self._gates[id(step)]

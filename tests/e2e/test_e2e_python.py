@@ -59,6 +59,29 @@ class TritonPythonModel:
 """
 
 
+MAYBE_ADD = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            y = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "B")
+            if b is not None:
+                y = y + b.as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", y)]))
+        return responses
+"""
+
+OPTIONAL_IO = (
+    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] },'
+    ' { name: "B" data_type: TYPE_FP32 dims: [ 4 ] optional: true } ]\n'
+    'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+)
+
+
 def _config(name: str, factor: float = 1.0, delay_s: float = 0.0, extra: str = "") -> str:
     return (
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: 16\n'
@@ -113,6 +136,22 @@ def _repository(tmp_path: Path) -> Path:
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         "ensemble_scheduling { max_inflight_requests: 1 step [\n"
         '{ model_name: "slow_pair" model_version: -1 input_map { key: "X" value: "X" } '
+        'output_map { key: "Y" value: "Y" } } ] }\n',
+        encoding="utf-8",
+    )
+    # An optional ensemble input that feeds an optional input of its step.
+    models.write_python_model(
+        repo,
+        "maybe_add",
+        MAYBE_ADD,
+        'name: "maybe_add"\nbackend: "python"\nmax_batch_size: 4\n' + OPTIONAL_IO,
+    )
+    (repo / "optional" / "1").mkdir(parents=True)
+    (repo / "optional" / "config.pbtxt").write_text(
+        'name: "optional"\nplatform: "ensemble"\nmax_batch_size: 4\n'
+        + OPTIONAL_IO
+        + 'ensemble_scheduling { step [ { model_name: "maybe_add" model_version: -1 '
+        'input_map { key: "X" value: "X" } input_map { key: "B" value: "B" } '
         'output_map { key: "Y" value: "Y" } } ] }\n',
         encoding="utf-8",
     )
@@ -203,3 +242,17 @@ def test_max_inflight_requests_bounds_the_executions_in_flight_at_a_step(
     assert [float(y.ravel()[0]) for y in answers] == [0.0, 1.0, 2.0]
     # Two instances could run two at once (0.6 s); the bound of one makes it three in turn.
     assert elapsed_s >= 0.9, f"3 requests of 0.3 s took {elapsed_s:.2f} s: not bounded"
+
+
+def test_an_ensemble_runs_a_step_without_an_optional_input_the_request_left_out(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        alone = triton.infer("optional", [infer_input("X", x, "FP32")]).as_numpy("Y")
+        both = triton.infer(
+            "optional", [infer_input("X", x, "FP32"), infer_input("B", x, "FP32")]
+        ).as_numpy("Y")
+    np.testing.assert_array_equal(alone, x)
+    np.testing.assert_array_equal(both, 2 * x)

@@ -132,3 +132,10 @@ def test_an_ensemble_output_nobody_produces_is_refused() -> None:
     outputs = '{name: "MISSING" data_type: TYPE_INT64 dims: [1]}'
     with pytest.raises(ConfigError, match="tensor 'MISSING' for the output"):
         plan_ensemble(ensemble(PIPELINE, outputs=outputs), composing)
+
+
+def test_an_optional_ensemble_input_may_feed_only_optional_inputs() -> None:
+    config = ensemble(PIPELINE)
+    config.input[0].optional = True  # IMAGE feeds pre's RAW, which pre requires
+    with pytest.raises(ConfigError, match="optional ensemble input 'IMAGE' feeds input 'RAW'"):
+        plan_ensemble(config, composing)
