@@ -13,6 +13,7 @@ COPY backends/ backends/
 # Only what writes the example models: editing scripts/deploy/ (the dashboard, Prometheus) must
 # not rebuild the image.
 COPY scripts/__init__.py scripts/models.py scripts/gen_models.py scripts/
+COPY scripts/python_models/ scripts/python_models/
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && pip install "onnx>=1.16" "numpy>=1.26" \
     && python scripts/gen_models.py /models

@@ -1,6 +1,6 @@
 """The deployment stack, checked without a Docker engine: compose.yaml (and the GPU override),
-Prometheus's scrape config, Grafana's provisioning and dashboard, and Dockerfile.gpu's
-requirement list.
+Prometheus's scrape config, Grafana's provisioning and dashboard, Dockerfile.gpu's requirement
+list, and that both images' builder stages copy every file the example generator reads.
 
 How the compose files are validated: by Compose itself, `config -q`, which parses, interpolates,
 merges the override and checks every key against the compose-spec schema, all without an engine.
@@ -390,3 +390,33 @@ def test_gpu_requirements_of_the_installed_convoy() -> None:
     assert {"onnxruntime-gpu", "cupy-cuda13x", "grpcio", "numpy"} <= names
     assert "onnxruntime" not in names
     assert not {"pytest", "ruff", "tritonclient"} & names
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_the_builder_stage_copies_all_the_example_generator_reads(
+    dockerfile: str, tmp_path: Path
+) -> None:
+    # Lay out only what the builder's `COPY scripts...` lines copy, then write the examples there.
+    text = (REPO_ROOT / dockerfile).read_text(encoding="utf-8")
+    builder = text.split("\nFROM ", 2)[1]
+    for line in builder.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and words[1].startswith("scripts/"):
+            *sources, target = words[1:]
+            for source in sources:
+                destination = tmp_path / target / Path(source).name
+                if source.endswith("/"):
+                    shutil.copytree(REPO_ROOT / source, tmp_path / target, dirs_exist_ok=True)
+                else:
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(REPO_ROOT / source, destination)
+    result = subprocess.run(
+        [sys.executable, "scripts/gen_models.py", str(tmp_path / "models")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "models" / "preprocess" / "1" / "model.py").is_file()
+    assert (tmp_path / "models" / "classify" / "config.pbtxt").is_file()
