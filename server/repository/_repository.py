@@ -206,8 +206,21 @@ class Repository:
             v.memory_bytes for v in replaced
         )
         needed = sum(v.memory_bytes for v in fresh)
+        # A loaded ensemble's composing models are in use even while idle, and evicting a model
+        # that takes nothing (an ensemble) frees nothing: neither is a candidate.
+        composing = {
+            model
+            for e in self._models.values()
+            if e.ready and e.config is not None
+            for model in composing_models(e.config)
+        }
         residents = [
-            Resident(e.name, e.memory_bytes, e.last_used_ms, e.idle)
+            Resident(
+                e.name,
+                e.memory_bytes,
+                e.last_used_ms,
+                e.idle and e.name not in composing and e.memory_bytes > 0,
+            )
             for e in self._models.values()
             if e.name != name and e.ready
         ]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, simple_inputs
+from e2e_support import StartServer, ensemble_config, infer_input, simple_inputs
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
@@ -128,3 +128,25 @@ def test_lazy_load_brings_an_evicted_model_back_on_request(
         _infer(client, "first")  # loads it again, evicting the least recently used: "second"
         assert client.is_model_ready("first")
         assert "evicted" in _reasons(client)["second"][1]
+
+
+def test_a_loaded_ensembles_composing_model_is_never_evicted(
+    start_server: StartServer, repository: tuple[Path, int]
+) -> None:
+    repo, footprint = repository
+    (repo / "pair" / "1").mkdir(parents=True)
+    config = ensemble_config("pair", "TYPE_FP32", 16, [("IN", "OUT", "first")])
+    (repo / "pair" / "config.pbtxt").write_text(config, encoding="utf-8")
+    server = start_server(repo, *_budget_flags(footprint, "--model-eviction", "lru"))
+    with _client(server.url) as client:
+        client.load_model("pair")  # loads "first", which "pair" uses
+        time.sleep(0.01)
+        client.load_model("second")
+        time.sleep(0.01)
+        _infer(client, "second")  # "first" is the least recently used, but in use by "pair"
+        client.load_model("third")
+        assert "evicted (least recently used)" in _reasons(client)["second"][1]
+        assert client.is_model_ready("first") and client.is_model_ready("pair")
+        x = np.ones((1, 16), np.float32)
+        result = client.infer("pair", [infer_input("IN", x, "FP32")])
+        np.testing.assert_allclose(result.as_numpy("OUT"), 2 * x)
