@@ -36,7 +36,7 @@ from backends.onnxruntime import (
     prepare_inputs,
     read_onnx_signature,
 )
-from backends.python import PythonInstance, PythonSettings
+from backends.python import ModelCaller, PythonInstance, PythonSettings
 
 __all__ = [
     "ArrayNamespace",
@@ -48,6 +48,7 @@ __all__ = [
     "ExecutionResult",
     "Instance",
     "InvalidTensorError",
+    "ModelCaller",
     "ModelLoadError",
     "ModelSignature",
     "OrtInstance",

@@ -52,6 +52,15 @@ BY_CONFIG: dict[int, DataType] = {dt.config: dt for dt in _ALL}
 BY_WIRE: dict[str, DataType] = {dt.wire: dt for dt in _ALL}
 
 
+def wire_of(dtype: np.dtype, declared: DataType | None = None) -> str:
+    """The wire name of arrays of `dtype` built in the server (an ensemble's tensors, a Python
+    model's calls): the declared type where it holds such arrays (BF16 and UINT16 share uint16),
+    else the first type that does, else the dtype itself (which no model accepts)."""
+    if declared is not None and declared.numpy == dtype:
+        return declared.wire
+    return next((dt.wire for dt in _ALL if dt.numpy == dtype), str(dtype))
+
+
 def wire_name(config_type: int) -> str:
     """The wire string of a config data type ("FP32" for TYPE_FP32), "INVALID" if unknown."""
     found = BY_CONFIG.get(config_type)

@@ -1,17 +1,22 @@
-"""What serves a model version's requests (its `Scheduler`), and `submit`: one request handed to a
-version's scheduler and counted in that version's statistics."""
+"""What serves a model version's requests (its `Scheduler`); `submit`: one request handed to a
+version's scheduler and counted in that version's statistics; `infer_on`: the same for a request
+built in the server (an ensemble's step, a Python model's call to another model, which
+`model_caller` serves)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import numpy.typing as npt
 
-from backends import BackendError
+from backends import BackendError, ModelCaller, on_host
 from batching import QueueFullError, RequestResult, RequestTimeoutError
-from server.inference import InferOptions
+from server.datatypes import wire_of
+from server.inference import InferInput, InferOptions, check_request
 
 if TYPE_CHECKING:
     from server.repository import ModelVersion
@@ -72,3 +77,42 @@ async def submit(
         raise
     target.stats.record_success(result, time.monotonic_ns() - start_ns)
     return result
+
+
+async def infer_on(
+    target: ModelVersion,
+    arrays: Mapping[str, npt.NDArray[Any]],
+    outputs: Sequence[str],
+    options: InferOptions,
+) -> RequestResult:
+    """Check a request built in the server as a client's would be, then submit it."""
+    specs = target.io.inputs
+    inputs = [
+        InferInput(
+            name,
+            wire_of(array.dtype, specs[name].datatype if name in specs else None),
+            tuple(array.shape),
+            array,
+        )
+        for name, array in arrays.items()
+    ]
+    checked, batch_size = check_request(target.io, inputs, outputs)
+    return await submit(target, checked, batch_size, options)
+
+
+def model_caller(resolve: Callable[[str, str], ModelVersion]) -> ModelCaller:
+    """A Python model's `InferenceRequest.exec`: a request to another model of this server
+    (`resolve` finds its ready version), checked and counted as a client's; the requested
+    outputs (all when none are named) come back in host memory."""
+
+    async def call(
+        model: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str]
+    ) -> dict[str, Any]:
+        result = await infer_on(resolve(model, version), inputs, outputs, InferOptions())
+        return {
+            name: on_host(array)
+            for name, array in result.outputs.items()
+            if not outputs or name in outputs
+        }
+
+    return call

@@ -18,10 +18,12 @@ each later batch tries again and fails with the reason until one succeeds.
 What a model returns is checked on the server's side: one InferenceResponse per request; a
 response's TritonError fails its request alone; outputs must be exactly the declared ones, numeric
 ones safely castable to the config's type, BYTES ones bytes or str. Decoupled models
-(`model_transaction_policy { decoupled: true }`) stream through `execute_decoupled`.
+(`model_transaction_policy { decoupled: true }`) stream through `execute_decoupled`. A model's
+`InferenceRequest.exec` (business logic scripting) reaches other models through the `ModelCaller`
+the server gives the instance; the instance's thread answers it while the batch runs.
 """
 
-from backends.python._instance import PythonInstance, ResponseSend
+from backends.python._instance import ModelCaller, PythonInstance, ResponseSend
 from backends.python._settings import PythonSettings
 
-__all__ = ["PythonInstance", "PythonSettings", "ResponseSend"]
+__all__ = ["ModelCaller", "PythonInstance", "PythonSettings", "ResponseSend"]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from backends.base import ExecutionResult, ModelSignature, Response, TensorMap
 from backends.errors import BackendError, ExecutionError, ModelLoadError
@@ -32,6 +35,11 @@ _DEFAULT_MODEL_FILENAME = "model.py"
 # How a decoupled execution hands each response to the event loop: (request index, outputs or
 # the error that fails the request or None for a bare final flag, whether it is the final one).
 ResponseSend = Callable[[int, Response | None, bool], None]
+# How a model's `InferenceRequest.exec` reaches another model: (model, version "" = newest,
+# inputs, output names) -> the outputs; raises with the reason. Runs on the event loop.
+ModelCaller = Callable[
+    [str, str, dict[str, np.ndarray], list[str]], Coroutine[Any, Any, dict[str, Any]]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +63,17 @@ class PythonInstance:
     one (initialize runs again), so the instance keeps serving.
     """
 
-    def __init__(self, model: _Model, config: mc.ModelConfig, settings: PythonSettings) -> None:
+    def __init__(
+        self,
+        model: _Model,
+        config: mc.ModelConfig,
+        settings: PythonSettings,
+        caller: ModelCaller | None = None,
+    ) -> None:
         self._model = model
         self._settings = settings
+        self._caller = caller  # None: `exec` answers with an error response
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the caller runs
         self._signature = model_signature(config)
         self._outputs = output_specs(config)
         self._output_names = [spec.name for spec in self._outputs]
@@ -74,8 +90,11 @@ class PythonInstance:
         version: int,
         config: mc.ModelConfig,
         settings: PythonSettings,
+        caller: ModelCaller | None = None,
     ) -> PythonInstance:
-        """Start the worker and run initialize(); blocking, so call it from a thread."""
+        """Start the worker and run initialize(); blocking, so call it from a thread.
+
+        `caller` serves the model's `InferenceRequest.exec` (business logic scripting)."""
         model_path = (
             model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
         )
@@ -102,7 +121,7 @@ class PythonInstance:
             "args": args,
         }
         model = _Model(config.name, version, name, is_decoupled(config), spec)
-        instance = cls(model, config, settings)
+        instance = cls(model, config, settings, caller)
         try:
             instance._worker = instance._start_worker()
         except ModelLoadError:
@@ -162,7 +181,7 @@ class PythonInstance:
     async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
         if self._closed:
             raise ExecutionError(f"{self._model.where()}: the instance is closed")
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, run, *args)
         except RuntimeError as exc:  # the executor shut down between the check and the call
@@ -178,7 +197,7 @@ class PythonInstance:
         try:
             worker.send(self._execute_message(batch, requests), deadline_ns)
             sent_ns = time.monotonic_ns()
-            reply = next(worker.replies(batch, deadline_ns))
+            reply = next(self._answered(worker, batch, deadline_ns))
         except WorkerFailure as failure:
             raise self._recover(failure) from None
         received_ns = time.monotonic_ns()
@@ -202,7 +221,7 @@ class PythonInstance:
         try:
             worker.send(self._execute_message(batch, requests), deadline_ns)
             sent_ns = time.monotonic_ns()
-            replies = worker.replies(batch, deadline_ns)
+            replies = self._answered(worker, batch, deadline_ns)
             while not (returned and all(finished)):
                 reply = next(replies)
                 if reply[0] == "response":
@@ -220,6 +239,36 @@ class PythonInstance:
         except WorkerFailure as failure:
             _finish(finished, emit, str(self._recover(failure)))
         return _result([], start_ns, sent_ns, execute_ns)
+
+    def _answered(
+        self, worker: WorkerProcess, batch: int, deadline_ns: int
+    ) -> Iterator[tuple[Any, ...]]:
+        """The batch's replies; the model's calls to other models are answered on the way."""
+        for reply in worker.replies(batch, deadline_ns):
+            if reply[0] != "call":
+                yield reply
+                continue
+            worker.send(("called", reply[2], self._call(reply, deadline_ns)), deadline_ns)
+
+    def _call(self, reply: tuple[Any, ...], deadline_ns: int) -> dict[str, Any] | str:
+        """Run one `exec` on the event loop and wait (within the batch's deadline): the outputs,
+        or the reason it failed, for the model's error response."""
+        _, _, _, model, version, inputs, output_names = reply
+        if self._caller is None or self._loop is None:
+            return "this server does not serve calls to other models from this model"
+        future: concurrent.futures.Future[dict[str, Any]] = asyncio.run_coroutine_threadsafe(
+            self._caller(
+                str(model), "" if int(version) < 0 else str(version), inputs, list(output_names)
+            ),
+            self._loop,
+        )
+        try:
+            return future.result(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise WorkerFailure("did not return in time", timed_out=True) from None
+        except Exception as exc:  # the called model's error, as Triton returns it to the caller
+            return str(exc)
 
     def _execute_message(self, batch: int, requests: Sequence[TensorMap]) -> tuple[Any, ...]:
         return ("execute", batch, [dict(arrays) for arrays in requests], self._output_names)

@@ -10,6 +10,8 @@ Parent -> worker: ("initialize", spec) once, then ("execute", batch, inputs, out
 ("response", batch, index, payload, final) for each send of a decoupled model, then
 ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error | None).
 A payload is a dict of output arrays, an error message (str), or None (a bare final flag).
+While execute runs, `InferenceRequest.exec` sends ("call", batch, call, model, version, inputs,
+output_names) and waits for the parent's ("called", call, payload).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import inspect
+import itertools
 import logging
 import os
 import pickle
@@ -106,6 +109,10 @@ class _Server:
         self._model_name: str = spec["model_name"]
         self._version: int = spec["version"]
         self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute` models
+        self._batch: int | None = None  # the batch whose execute runs now (calls belong to it)
+        self._calls = itertools.count()
+        self._call_lock = threading.Lock()  # one call's send and reply at a time
+        utils._install_model_caller(self._call_model)
 
     def serve(self) -> None:
         while True:
@@ -134,6 +141,7 @@ class _Server:
             for index, arrays in enumerate(inputs)
         ]
         start_ns = time.monotonic_ns()
+        self._batch = batch
         try:
             returned = self._model.execute(requests)
             if inspect.isawaitable(returned):
@@ -142,6 +150,8 @@ class _Server:
             _log().error("execute raised\n%s", traceback.format_exc())
             self._channel.send(("failed", batch, f"execute raised {_describe(exc)}"))
             return
+        finally:
+            self._batch = None
         execute_ns = time.monotonic_ns() - start_ns
         try:
             payloads = self._returned(returned, len(requests))
@@ -175,6 +185,28 @@ class _Server:
                 f"requests and returned {len(returned)} responses"
             )
         return [self._payload(response) for response in returned]
+
+    def _call_model(
+        self, model: str, version: int, inputs: list[Any], output_names: list[str]
+    ) -> Any:
+        """`InferenceRequest.exec`: the request goes to the server, which runs it on `model`."""
+        pb = self._utils
+        batch = self._batch
+        if batch is None:
+            raise pb.TritonModelException("exec() can be called only while execute() runs")
+        arrays = {tensor.name(): _wire_array(tensor.as_numpy()) for tensor in inputs}
+        with self._call_lock:
+            call = next(self._calls)
+            self._channel.send(("call", batch, call, model, version, arrays, list(output_names)))
+            reply = self._channel.receive()
+        if reply[0] != "called" or reply[1] != call:
+            raise pb.TritonModelException(f"exec(): unexpected reply {reply[0]!r} from the server")
+        payload = reply[2]
+        if isinstance(payload, str):
+            return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(payload))
+        return pb.InferenceResponse(
+            output_tensors=[pb.Tensor(name, array) for name, array in payload.items()]
+        )
 
     def _sender(self, batch: int, index: int) -> Callable[[Any, bool], None]:
         def send(response: Any, final: bool) -> None:

@@ -6,6 +6,7 @@ nothing from Convoy, so it runs the same in the worker process and in tests.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
@@ -24,6 +25,17 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 # The worker attaches its handler (model and instance in every line) to this logger.
 LOGGER_NAME = "triton_python_backend_utils"
+
+# How `InferenceRequest.exec` reaches the server: installed by the worker (this module is the
+# worker's, one per process, as Triton's is); None where no server is behind it (tests).
+ModelCaller = Callable[[str, int, list["Tensor"], list[str]], "InferenceResponse"]
+_model_caller: ModelCaller | None = None
+
+
+def _install_model_caller(call: ModelCaller) -> None:
+    global _model_caller
+    _model_caller = call
+
 
 # Config type names -> NumPy types, as Triton spells them (TYPE_BOOL is Python's `bool` there).
 TRITON_STRING_TO_NUMPY: Mapping[str, type] = MappingProxyType(
@@ -257,7 +269,8 @@ class InferenceResponseSender:
 
 
 class InferenceRequest:
-    """One request as `execute` receives it; building one in model code (BLS) cannot `exec`."""
+    """One request as `execute` receives it, or one model code builds to `exec` on another
+    model (business logic scripting)."""
 
     # Keyword-only: Triton's names, which model code passes by keyword.
     def __init__(
@@ -319,13 +332,24 @@ class InferenceRequest:
         return False
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise TritonModelException(
-            "business logic scripting (InferenceRequest.exec) is not supported by Convoy's "
-            "python backend"
+        """Business logic scripting: run this request on another model of the server and wait
+        for its response (an error response when the server refuses or the model fails)."""
+        if decoupled:
+            raise TritonModelException(
+                "exec(decoupled=True) is not supported by Convoy's python backend; call a "
+                "model that is not decoupled"
+            )
+        if not self._model_name:
+            raise TritonModelException("exec() needs the request's model_name")
+        if _model_caller is None:
+            raise TritonModelException("exec() runs only inside a model served by Convoy")
+        return _model_caller(
+            self._model_name, self._model_version, self._inputs, self._requested_output_names
         )
 
     async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
-        return self.exec(decoupled)
+        """`exec` without blocking the model's event loop (several may be awaited at once)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -14,8 +14,8 @@ import numpy.typing as npt
 
 from batching import BatcherClosedError, ExecutionRecord, RequestResult
 from server.ensemble._plan import EnsemblePlan, Step
-from server.inference import InferInput, InferOptions, check_request
-from server.scheduling import submit
+from server.inference import InferOptions
+from server.scheduling import infer_on
 
 if TYPE_CHECKING:
     from server.repository import ModelVersion
@@ -159,17 +159,11 @@ class EnsembleScheduler:
     ) -> StepRun:
         start_ns = time.monotonic_ns()
         target = self._resolve(step.model, step.version)
-        spec = target.io.inputs
-        inputs = [
-            InferInput(name, spec[name].datatype.wire, tuple(tensors[t].shape), tensors[t])
-            for name, t in step.inputs.items()
-            if t in tensors
-        ]
-        arrays, batch_size = check_request(target.io, inputs, list(step.outputs))
+        arrays = {name: tensors[t] for name, t in step.inputs.items() if t in tensors}
         gate = self._gates[id(step)]
         if gate is None:
-            result = await submit(target, arrays, batch_size, options)
+            result = await infer_on(target, arrays, list(step.outputs), options)
         else:
             async with gate:
-                result = await submit(target, arrays, batch_size, options)
+                result = await infer_on(target, arrays, list(step.outputs), options)
         return StepRun(target.name, target.version, start_ns, time.monotonic_ns(), result)

@@ -17,6 +17,7 @@ from pathlib import Path
 from backends import (
     BackendError,
     Instance,
+    ModelCaller,
     ModelSignature,
     OrtSettings,
     Placement,
@@ -40,6 +41,7 @@ from server.repository._models import ModelState, ModelVersion, VersionSource, V
 from server.repository._validate import check_backend, check_ensemble, check_signature
 from server.repository._versions import list_versions, select_versions
 from server.repository._warmup import warm_up
+from server.scheduling import model_caller
 from server.stats import ModelStats
 
 _log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ async def build_model(
             if is_ensemble(config):
                 loaded = await _ensemble_version(config, version, peers)
             else:
-                loaded = await _build_version(config, path, version, previous)
+                loaded = await _build_version(config, path, version, previous, peers)
         except (ServerError, BackendError, BatchingError, OSError) as exc:
             built.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
             continue
@@ -101,8 +103,23 @@ async def build_model(
     return built
 
 
+@dataclass(frozen=True, slots=True)
+class _Opening:
+    """Where a version's instances come from."""
+
+    path: Path  # the model directory
+    version: int
+    model_file: Path
+    placements: Sequence[Placement]  # an ONNX model's, one per instance; none for Python
+    caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
+
+
 async def _build_version(
-    config: mc.ModelConfig, path: Path, version: int, previous: ModelVersion | None
+    config: mc.ModelConfig,
+    path: Path,
+    version: int,
+    previous: ModelVersion | None,
+    peers: Peers,
 ) -> ModelVersion:
     model_file = path / str(version) / config.default_model_filename
     if not model_file.is_file():
@@ -111,38 +128,39 @@ async def _build_version(
     source = VersionSource(
         config.SerializeToString(deterministic=True), (info.st_size, info.st_mtime_ns)
     )
+    python = config.backend == PYTHON_BACKEND
+    # Planned from the config as written: the first instance opens before auto-complete.
+    placements = [] if python else plan_placements(config, cuda_device_count())
+    opening = _Opening(path, version, model_file, placements, model_caller(peers.resolve))
     if previous is not None:
         if previous.source == source:
             return previous
         if previous.source.file_stamp == source.file_stamp and _only_counts_differ(
             previous.source.config, source.config
         ):
-            await _resize(previous, config, source, path, model_file)
+            await _resize(previous, config, source, opening)
             return previous
-    return await _new_version(config, path, version, model_file, source)
+    return await _new_version(config, source, opening)
 
 
 async def _new_version(
-    config: mc.ModelConfig, path: Path, version: int, model_file: Path, source: VersionSource
+    config: mc.ModelConfig, source: VersionSource, opening: _Opening
 ) -> ModelVersion:
     started_s = time.monotonic()
     python = config.backend == PYTHON_BACKEND
-    # Planned from the config as written: the first instance opens before auto-complete.
-    placements = [] if python else plan_placements(config, cuda_device_count())
+    path, version, placements = opening.path, opening.version, opening.placements
     instances: list[Instance] = []
     try:
         if python:  # the config declares the tensors; initialize() sees the completed config
             effective = _complete(config, ModelSignature((), ()))
         else:
-            instances.append(await _open_instance(config, path, version, model_file, 0, placements))
+            instances.append(await _open_instance(config, opening, 0))
             effective = _complete(config, instances[0].signature)
             check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
         count = len(placements) if placements else _instance_count(effective)
         for index in range(len(instances), count):
-            instances.append(
-                await _open_instance(effective, path, version, model_file, index, placements)
-            )
+            instances.append(await _open_instance(effective, opening, index))
         prepare = None if python or not _takes_strings(effective) else prepare_inputs
         await warm_up(effective, path, version, instances, prepare)
     except BaseException:
@@ -200,21 +218,25 @@ async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) 
     )
 
 
-async def _open_instance(
-    config: mc.ModelConfig,
-    path: Path,
-    version: int,
-    model_file: Path,
-    index: int,
-    placements: Sequence[Placement],
-) -> Instance:
+async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) -> Instance:
     """Instance `index` of a version: a Python worker, or an ONNX session where planned."""
-    name = f"{config.name}_{version}_{index}"
+    name = f"{config.name}_{opening.version}_{index}"
     if config.backend == PYTHON_BACKEND:
-        settings = PythonSettings.from_config(config)
-        return await asyncio.to_thread(PythonInstance.load, name, path, version, config, settings)
+        return await asyncio.to_thread(
+            PythonInstance.load,
+            name,
+            opening.path,
+            opening.version,
+            config,
+            PythonSettings.from_config(config),
+            opening.caller,
+        )
     return await asyncio.to_thread(
-        load_instance, name, model_file, OrtSettings.from_config(config), placements[index]
+        load_instance,
+        name,
+        opening.model_file,
+        OrtSettings.from_config(config),
+        opening.placements[index],
     )
 
 
@@ -251,24 +273,16 @@ def _only_counts_differ(old: bytes, new: bytes) -> bool:
 
 
 async def _resize(
-    target: ModelVersion,
-    config: mc.ModelConfig,
-    source: VersionSource,
-    path: Path,
-    model_file: Path,
+    target: ModelVersion, config: mc.ModelConfig, source: VersionSource, opening: _Opening
 ) -> None:
     """Add or retire instances in place; the version keeps serving throughout."""
     batcher = target.scheduler
     assert isinstance(batcher, Batcher)  # only versions with instances are resized
     effective = _complete(config, target.instances[0].signature)
-    python = config.backend == PYTHON_BACKEND
-    placements = [] if python else plan_placements(config, cuda_device_count())
+    placements = opening.placements
     wanted = len(placements) if placements else _instance_count(effective)
     while len(target.instances) < wanted:
-        index = len(target.instances)
-        instance = await _open_instance(
-            effective, path, target.version, model_file, index, placements
-        )
+        instance = await _open_instance(effective, opening, len(target.instances))
         target.instances.append(instance)
         batcher.add_executor(_executor(instance, target.router))
     while len(target.instances) > wanted:

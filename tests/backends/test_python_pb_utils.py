@@ -97,3 +97,14 @@ def test_logger_writes_through_logging(caplog: pytest.LogCaptureFixture) -> None
         (logging.INFO, "hello"),
     ]
     assert all(r.filename == "test_python_pb_utils.py" for r in caplog.records)
+
+
+def test_exec_needs_a_model_name_a_server_behind_it_and_is_not_decoupled() -> None:
+    unnamed = pb_utils.InferenceRequest(inputs=[], requested_output_names=["Y"])
+    with pytest.raises(pb_utils.TritonModelException, match="model_name"):
+        unnamed.exec()
+    named = pb_utils.InferenceRequest(model_name="m", requested_output_names=["Y"])
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled=True"):
+        named.exec(decoupled=True)
+    with pytest.raises(pb_utils.TritonModelException, match="only inside a model served"):
+        named.exec()  # these tests run pb_utils without a worker: no server behind it

@@ -1,0 +1,103 @@
+"""Business logic scripting: a Python model calls other models of the server with
+`pb_utils.InferenceRequest(...).exec()` / `async_exec()`, as Triton's Python backend allows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from e2e_support import StartServer, infer_input
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+
+# Calls `simple` twice (once blocking, once async) and an unknown model, per request.
+PIPELINE = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            inputs = [pb_utils.Tensor("INPUT0", x), pb_utils.Tensor("INPUT1", x)]
+            first = pb_utils.InferenceRequest(
+                model_name="simple", requested_output_names=["OUTPUT0"], inputs=inputs
+            ).exec()
+            if first.has_error():
+                raise pb_utils.TritonModelException(first.error().message())
+            doubled = pb_utils.get_output_tensor_by_name(first, "OUTPUT0").as_numpy()
+            again = [pb_utils.Tensor("INPUT0", doubled), pb_utils.Tensor("INPUT1", x)]
+            second, missing = await asyncio.gather(
+                pb_utils.InferenceRequest(
+                    model_name="simple", requested_output_names=["OUTPUT1"], inputs=again
+                ).async_exec(),
+                pb_utils.InferenceRequest(
+                    model_name="no_such_model", requested_output_names=["Y"], inputs=inputs
+                ).async_exec(),
+            )
+            assert second.output_tensors()[0].name() == "OUTPUT1"
+            y = pb_utils.get_output_tensor_by_name(second, "OUTPUT1").as_numpy()  # 2x - x
+            note = np.array([[missing.error().message().encode()]], dtype=object)
+            responses.append(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("Y", y), pb_utils.Tensor("NOTE", note)]
+            ))
+        return responses
+"""
+
+WRONG_INPUT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            # FP64 where `simple` wants FP32: the server refuses it as it would a client's.
+            inputs = [pb_utils.Tensor("INPUT0", x.astype(np.float64)), pb_utils.Tensor("INPUT1", x)]
+            answer = pb_utils.InferenceRequest(
+                model_name="simple", requested_output_names=["OUTPUT0"], inputs=inputs
+            ).exec()
+            error = answer.error() if answer.has_error() else pb_utils.TritonError("no error")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
+        return responses
+"""
+
+
+def _repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    models.write_model(repo, "simple", models.simple(), None)
+    io = (
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 16 ] },'
+        ' { name: "NOTE" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+    )
+    for name, source in (("pipeline", PIPELINE), ("wrong_input", WRONG_INPUT)):
+        config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n{io}'
+        models.write_python_model(repo, name, source, config)
+    return repo
+
+
+def test_a_python_model_calls_other_models_and_gets_their_errors(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer("pipeline", [infer_input("X", x, "FP32")])
+        np.testing.assert_allclose(result.as_numpy("Y"), x)  # (x + x) - x
+        note = result.as_numpy("NOTE")[0, 0].decode()
+        assert "no_such_model" in note
+        stats = triton.get_inference_statistics("simple", as_json=True)["model_stats"][0]
+        assert int(stats["inference_count"]) == 4  # two calls of batch 2, counted as requests
+        with pytest.raises(InferenceServerException, match="data-type is 'FP64'"):
+            triton.infer("wrong_input", [infer_input("X", x, "FP32")])
+        assert triton.is_server_live()
