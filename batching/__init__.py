@@ -12,6 +12,7 @@ from batching.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
+from batching.inflight import InFlight
 from batching.messages import ExecutionRecord, Executor, Outcome, RequestResult, TensorMap
 from batching.policy import (
     BatchPolicy,
@@ -33,6 +34,7 @@ __all__ = [
     "ExecutionRecord",
     "Executor",
     "ExecutorContractError",
+    "InFlight",
     "Outcome",
     "PolicyError",
     "QueueFullError",

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
+from batching.inflight import InFlight
 from batching.messages import ExecutionRecord, Executor, RequestResult, TensorMap
 from batching.policy import BatchPolicy, Candidate, Decision, next_batch
 from batching.queue import Queued, RequestQueue
@@ -43,7 +44,7 @@ class Batcher:
         self._policy = policy
         self._observer = observer
         self._closed = False
-        self._in_flight = 0  # requests accepted and not yet answered
+        self._in_flight = InFlight()  # requests accepted and not yet answered
         # Adaptive delay: how much recent waits grew their batches, and since when it is known.
         self._wait_gain: float | None = None
         self._wait_gain_ns = 0
@@ -54,8 +55,7 @@ class Batcher:
         self._idle: deque[Executor] = deque(self._executors)
         self._retiring: list[asyncio.Future[Executor]] = []  # waiting for a busy one to return
         self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._in_flight.start()
         self._timer: asyncio.TimerHandle | None = None
         self._last_release: asyncio.Future[None] | None = None  # for preserve_ordering
         self._tasks: set[asyncio.Task[None]] = set()
@@ -68,7 +68,7 @@ class Batcher:
     @property
     def in_flight(self) -> int:
         """Requests accepted and not yet answered (queued or executing)."""
-        return self._in_flight
+        return self._in_flight.count
 
     @property
     def policy(self) -> BatchPolicy:
@@ -121,25 +121,19 @@ class Batcher:
             future=asyncio.get_running_loop().create_future(),
         )
         self._queue.push(request)  # raises QueueFullError at once when the level is full
-        self._in_flight += 1
-        self._drained.clear()
         self._wake.set()
-        try:
-            result: RequestResult = await request.future
-            return result
-        except asyncio.CancelledError:
-            self._queue.discard(request)  # a no-op once it is executing: the result is dropped
-            raise
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._drained.set()
+        with self._in_flight.counted():
+            try:
+                result: RequestResult = await request.future
+                return result
+            except asyncio.CancelledError:
+                self._queue.discard(request)  # a no-op once executing: the result is dropped
+                raise
 
     async def stop(self, timeout_s: float) -> None:
         """Refuse new requests, let accepted ones finish (bounded), then stop the loop."""
         self._closed = True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._drained.wait(), timeout_s)
+        await self._in_flight.wait_idle(timeout_s)
         self._loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._loop_task

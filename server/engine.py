@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy.typing as npt
 
 from backends import BackendError
-from batching import RequestResult
+from batching import InFlight, RequestResult
 from server.ensemble import EnsembleResult
 from server.errors import (
     ModelLoadFailedError,
@@ -61,11 +60,10 @@ class Engine:
         self._strict_readiness = strict_readiness
         self._lazy_load_timeout_s = lazy_load_timeout_s  # None: evicted models stay unloaded
         self._stopping = False
-        self._in_flight = 0
+        self._in_flight = InFlight()
 
     async def start(self) -> None:
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._in_flight.start()
 
     @property
     def tracing(self) -> bool:
@@ -87,11 +85,7 @@ class Engine:
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait (bounded) for the requests in flight; True if all finished."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        return await self._in_flight.wait_idle(timeout_s)
 
     async def infer(
         self,
@@ -181,7 +175,7 @@ class Engine:
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
         arrays, batch_size = check_request(target.io, inputs, outputs)
-        with self._counted():
+        with self._in_flight.counted():
             result = await submit(target, arrays, batch_size, options)
         return target, result
 
@@ -207,7 +201,7 @@ class Engine:
             yield response, True
             return
         arrays, batch_size = check_request(target.io, inputs, outputs)
-        with self._counted():
+        with self._in_flight.counted():
             async for item in target.router.stream(target, arrays, batch_size, options):
                 if item.error is not None:
                     yield item.error, item.final
@@ -215,18 +209,6 @@ class Engine:
                     yield None, item.final
                 else:
                     yield _response(target, item.outputs, outputs), item.final
-
-    @contextlib.contextmanager
-    def _counted(self) -> Iterator[None]:
-        """One request in flight for the graceful drain."""
-        self._in_flight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

@@ -4,7 +4,6 @@ are ready, through the composing models' own schedulers (so ensemble traffic bat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
-from batching import BatcherClosedError, ExecutionRecord, RequestResult
+from batching import BatcherClosedError, ExecutionRecord, InFlight, RequestResult
 from server.ensemble._plan import EnsemblePlan, Step
 from server.inference import InferOptions
 from server.scheduling import infer_on
@@ -51,11 +50,10 @@ class EnsembleScheduler:
         self._resolve = resolve  # looked up per request: a reloaded composing model is used
         self._observer = observer
         self._closed = False
-        self._in_flight = 0
+        self._in_flight = InFlight()
 
     async def start(self) -> None:
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._in_flight.start()
         bound = self._plan.max_inflight
         self._gates = {
             id(step): asyncio.Semaphore(bound) if bound > 0 else None for step in self._plan.steps
@@ -67,7 +65,7 @@ class EnsembleScheduler:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._in_flight.count
 
     @property
     def queue_depth(self) -> int:
@@ -84,19 +82,12 @@ class EnsembleScheduler:
             raise BatcherClosedError(
                 f"ensemble '{self._plan.name}' is no longer accepting requests"
             )
-        self._in_flight += 1
-        self._drained.clear()
-        try:
+        with self._in_flight.counted():
             return await self._run(inputs, batch_size, InferOptions(priority, timeout_ns // 1000))
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._drained.set()
 
     async def stop(self, timeout_s: float) -> None:
         self._closed = True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._drained.wait(), timeout_s)
+        await self._in_flight.wait_idle(timeout_s)
 
     async def _run(
         self, inputs: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions

@@ -1,0 +1,39 @@
+"""`InFlight`: how many requests were accepted and not yet answered, and a wait for none left
+(the graceful drain of a batcher, an ensemble, or the whole server). Event-loop owned."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+
+class InFlight:
+    """A counter with an idle event; `start()` makes the event on the running loop."""
+
+    def __init__(self) -> None:
+        self.count = 0  # requests inside `counted()`
+
+    def start(self) -> None:
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def counted(self) -> Iterator[None]:
+        """One request in flight for as long as the block runs."""
+        self.count += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.set()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait (bounded) until nothing is in flight; True if that happened in time."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True

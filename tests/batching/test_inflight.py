@@ -1,0 +1,34 @@
+"""`InFlight`: the count of requests in flight and the bounded wait for none."""
+
+import asyncio
+
+from batching import InFlight
+
+
+async def test_wait_idle_returns_when_the_last_request_leaves_and_is_bounded() -> None:
+    tracker = InFlight()
+    tracker.start()
+    assert await tracker.wait_idle(0.01)  # nothing in flight
+
+    async def request(delay_s: float) -> None:
+        with tracker.counted():
+            await asyncio.sleep(delay_s)
+
+    running = [asyncio.create_task(request(d)) for d in (0.02, 0.05)]
+    await asyncio.sleep(0)
+    assert tracker.count == 2
+    assert not await tracker.wait_idle(0.01)  # bounded: both still run
+    assert await tracker.wait_idle(1.0)
+    assert tracker.count == 0
+    await asyncio.gather(*running)
+
+
+async def test_a_failing_request_still_leaves() -> None:
+    tracker = InFlight()
+    tracker.start()
+    try:
+        with tracker.counted():
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    assert tracker.count == 0 and await tracker.wait_idle(0.01)
