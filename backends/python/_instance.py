@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
 
 from backends.base import ExecutionResult, ModelSignature, Response, TensorMap
 from backends.errors import BackendError, ExecutionError, ModelLoadError
@@ -95,31 +96,7 @@ class PythonInstance:
         """Start the worker and run initialize(); blocking, so call it from a thread.
 
         `caller` serves the model's `InferenceRequest.exec` (business logic scripting)."""
-        model_path = (
-            model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
-        )
-        if not model_path.is_file():
-            raise ModelLoadError(
-                f"model '{config.name}' version {version}: '{model_path}' does not exist; the "
-                "python backend needs it to define class TritonPythonModel"
-            )
-        args = {
-            "model_config": config_json(config),
-            "model_instance_kind": "CPU",
-            "model_instance_name": name,
-            "model_instance_device_id": "0",
-            "model_repository": str(model_dir),
-            "model_version": str(version),
-            "model_name": config.name,
-        }
-        spec = {
-            "model_path": str(model_path),
-            "model_name": config.name,
-            "instance_name": name,
-            "version": version,
-            "decoupled": is_decoupled(config),
-            "args": args,
-        }
+        spec = _worker_spec(name, model_dir, version, config)
         model = _Model(config.name, version, name, is_decoupled(config), spec)
         instance = cls(model, config, settings, caller)
         try:
@@ -128,6 +105,30 @@ class PythonInstance:
             instance._executor.shutdown()
             raise
         return instance
+
+    @staticmethod
+    def complete_config(
+        model_dir: Path, version: int, config: mc.ModelConfig, settings: PythonSettings
+    ) -> mc.ModelConfig:
+        """The config after model.py's `TritonPythonModel.auto_complete_config` (run in a worker
+        of its own), as Triton's python backend completes it; blocking."""
+        spec = _worker_spec(f"{config.name}_{version}_auto_complete", model_dir, version, config)
+        deadline_ns = time.monotonic_ns() + int(settings.initialize_timeout_s * 1e9)
+        try:
+            completed = WorkerProcess.auto_complete(spec, deadline_ns)
+        except WorkerRefused as refusal:  # model.py did not import, or the method raised
+            raise ModelLoadError(f"model '{config.name}': {refusal.reason}") from None
+        except WorkerFailure as failure:
+            raise ModelLoadError(
+                f"model '{config.name}' version {version}: auto-complete failed: the worker "
+                f"{failure.reason}"
+            ) from None
+        try:
+            return json_format.ParseDict(completed, mc.ModelConfig())
+        except json_format.ParseError as exc:
+            raise ModelLoadError(
+                f"model '{config.name}': auto_complete_config made an invalid config: {exc}"
+            ) from None
 
     @property
     def name(self) -> str:
@@ -353,3 +354,34 @@ def _result(
     return ExecutionResult(
         responses, sent_ns - start_ns, execute_ns, done_ns - sent_ns - execute_ns
     )
+
+
+def _worker_spec(
+    name: str, model_dir: Path, version: int, config: mc.ModelConfig
+) -> dict[str, Any]:
+    """What a worker is started with: model.py's path, names, and Triton's initialize args."""
+    model_path = (
+        model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
+    )
+    if not model_path.is_file():
+        raise ModelLoadError(
+            f"model '{config.name}' version {version}: '{model_path}' does not exist; the "
+            "python backend needs it to define class TritonPythonModel"
+        )
+    args = {
+        "model_config": config_json(config),
+        "model_instance_kind": "CPU",
+        "model_instance_name": name,
+        "model_instance_device_id": "0",
+        "model_repository": str(model_dir),
+        "model_version": str(version),
+        "model_name": config.name,
+    }
+    return {
+        "model_path": str(model_path),
+        "model_name": config.name,
+        "instance_name": name,
+        "version": version,
+        "decoupled": is_decoupled(config),
+        "args": args,
+    }

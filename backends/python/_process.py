@@ -79,6 +79,33 @@ class WorkerProcess:
     @classmethod
     def start(cls, spec: dict[str, Any], deadline_ns: int) -> WorkerProcess:
         """Start a worker and have it import model.py and run initialize(spec['args'])."""
+        worker = cls._spawn()
+        try:
+            worker.send(("initialize", spec), deadline_ns)
+            reply = worker.receive(deadline_ns)
+            if reply[0] != "ready":
+                raise WorkerRefused(str(reply[1]))
+        except WorkerFailure:
+            worker.kill()
+            raise
+        return worker
+
+    @classmethod
+    def auto_complete(cls, spec: dict[str, Any], deadline_ns: int) -> dict[str, Any]:
+        """Run the model's `auto_complete_config` in a worker of its own, which then exits: the
+        completed config (as the JSON dict `args['model_config']` holds)."""
+        worker = cls._spawn()
+        try:
+            worker.send(("auto_complete", spec), deadline_ns)
+            reply = worker.receive(deadline_ns)
+        finally:
+            worker.kill()
+        if reply[0] != "completed" or not isinstance(reply[1], dict):
+            raise WorkerRefused(str(reply[1]) if len(reply) > 1 else f"answered {reply[0]!r}")
+        return reply[1]
+
+    @classmethod
+    def _spawn(cls) -> WorkerProcess:
         ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen(
@@ -93,16 +120,7 @@ class WorkerProcess:
         finally:
             # Only the worker may hold its end: then its exit reaches us as EOF.
             theirs.close()
-        worker = cls(process, ours)
-        try:
-            worker.send(("initialize", spec), deadline_ns)
-            reply = worker.receive(deadline_ns)
-            if reply[0] != "ready":
-                raise WorkerRefused(str(reply[1]))
-        except WorkerFailure:
-            worker.kill()
-            raise
-        return worker
+        return cls(process, ours)
 
     def send(self, message: object, deadline_ns: int) -> None:
         remaining_s = _remaining_s(deadline_ns)

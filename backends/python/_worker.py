@@ -5,8 +5,9 @@ interpreter with Triton's `triton_python_backend_utils` and the version director
 Messages are pickled tuples; arrays travel as out-of-band buffers (no copy into the pickle, and
 they arrive writable, as Triton's inputs are).
 
-Parent -> worker: ("initialize", spec) once, then ("execute", batch, inputs, output_names) or
-("finalize",). Worker -> parent: ("ready",) | ("failed", reason) after initialize;
+Parent -> worker: ("auto_complete", spec), answered ("completed", config) | ("failed", reason),
+after which the worker exits; or ("initialize", spec) once, then ("execute", batch, inputs,
+output_names) or ("finalize",). Worker -> parent: ("ready",) | ("failed", reason) after initialize;
 ("response", batch, index, payload, final) for each send of a decoupled model, then
 ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error | None).
 A payload is a dict of output arrays, an error message (str), or None (a bare final flag).
@@ -20,6 +21,7 @@ import asyncio
 import importlib.util
 import inspect
 import itertools
+import json
 import logging
 import os
 import pickle
@@ -310,8 +312,8 @@ def _register_utils() -> ModuleType:
     return module
 
 
-def _load_model(spec: dict[str, Any]) -> Any:
-    """Import model.py by path and run initialize(args); raises _ContractError with the reason."""
+def _model_class(spec: dict[str, Any]) -> type:
+    """Import model.py by path; its TritonPythonModel, or _ContractError with the reason."""
     model_path = Path(spec["model_path"])
     sys.path.insert(0, str(model_path.parent))  # model.py may import modules beside it
     module_spec = importlib.util.spec_from_file_location(_MODEL_MODULE, model_path)
@@ -327,6 +329,12 @@ def _load_model(spec: dict[str, Any]) -> Any:
     model_class = getattr(module, "TritonPythonModel", None)
     if not isinstance(model_class, type):
         raise _ContractError(f"'{model_path}' defines no class TritonPythonModel")
+    return model_class
+
+
+def _load_model(spec: dict[str, Any]) -> Any:
+    """The model's TritonPythonModel, initialized with args; raises _ContractError."""
+    model_class = _model_class(spec)
     try:
         model = model_class()
         initialize = getattr(model, "initialize", None)
@@ -336,6 +344,25 @@ def _load_model(spec: dict[str, Any]) -> Any:
         _log().error("initialize raised\n%s", traceback.format_exc())
         raise _ContractError(f"initialize raised {_describe(exc)}") from None
     return model
+
+
+def _auto_complete(spec: dict[str, Any], utils: ModuleType) -> dict[str, Any]:
+    """The config after the model's `auto_complete_config` (as it was when there is none)."""
+    config = utils.ModelConfig(json.loads(spec["args"]["model_config"]))
+    complete = getattr(_model_class(spec), "auto_complete_config", None)
+    if not callable(complete):
+        return dict(config.as_dict())
+    try:
+        completed = complete(config)
+    except Exception as exc:
+        _log().error("auto_complete_config raised\n%s", traceback.format_exc())
+        raise _ContractError(f"auto_complete_config raised {_describe(exc)}") from None
+    if not isinstance(completed, utils.ModelConfig):
+        raise _ContractError(
+            "auto_complete_config must return the pb_utils.ModelConfig it was given, not "
+            f"{type(completed).__name__}"
+        )
+    return dict(completed.as_dict())
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -355,10 +382,13 @@ def main(argv: list[str]) -> int:
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != own_directory]
     channel = _Channel(socket.socket(fileno=int(argv[1])))
     _watch_parent(os.getppid())
-    _, spec = channel.receive()
+    kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])
-    _register_utils()
+    utils = _register_utils()
     try:
+        if kind == "auto_complete":
+            channel.send(("completed", _auto_complete(spec, utils)))
+            return 0
         model = _load_model(spec)
     except _ContractError as exc:
         channel.send(("failed", str(exc)))

@@ -38,7 +38,12 @@ from server.repository._autocomplete import PYTHON_BACKEND, autocomplete, fill_i
 from server.repository._budget import footprint_bytes
 from server.repository._config import read_config
 from server.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
-from server.repository._validate import check_backend, check_ensemble, check_signature
+from server.repository._validate import (
+    check_backend,
+    check_ensemble,
+    check_python_io,
+    check_signature,
+)
 from server.repository._versions import list_versions, select_versions
 from server.repository._warmup import warm_up
 from server.scheduling import model_caller
@@ -151,7 +156,12 @@ async def _new_version(
     path, version, placements = opening.path, opening.version, opening.placements
     instances: list[Instance] = []
     try:
-        if python:  # the config declares the tensors; initialize() sees the completed config
+        if python:  # model.py may complete the config; initialize() sees the completed one
+            settings = PythonSettings.from_config(config)
+            config = await asyncio.to_thread(
+                PythonInstance.complete_config, path, version, config, settings
+            )
+            check_python_io(config)
             effective = _complete(config, ModelSignature((), ()))
         else:
             instances.append(await _open_instance(config, opening, 0))

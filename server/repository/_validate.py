@@ -23,10 +23,6 @@ def check_backend(config: mc.ModelConfig) -> None:
             f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTHON_BACKEND}", '
             f'platform "{ENSEMBLE_PLATFORM}")'
         )
-    if python and (not config.input or not config.output):
-        raise ConfigError(
-            f"model '{config.name}': a Python model declares its inputs and outputs in config.pbtxt"
-        )
     if config.model_transaction_policy.decoupled and not python:
         raise ConfigError(
             f"model '{config.name}': only Python models can be decoupled "
@@ -45,6 +41,15 @@ def check_backend(config: mc.ModelConfig) -> None:
                 f"model '{config.name}': instance group '{group.name}' has kind KIND_MODEL, "
                 f"which the {config.backend} backend does not support"
             )
+
+
+def check_python_io(config: mc.ModelConfig) -> None:
+    """A Python model's tensors come from its config, completed by its auto_complete_config."""
+    if not config.input or not config.output:
+        raise ConfigError(
+            f"model '{config.name}': a Python model declares its inputs and outputs in "
+            "config.pbtxt or adds them in TritonPythonModel.auto_complete_config"
+        )
 
 
 def check_ensemble(config: mc.ModelConfig) -> None:

@@ -108,3 +108,27 @@ def test_exec_needs_a_model_name_a_server_behind_it_and_is_not_decoupled() -> No
         named.exec(decoupled=True)
     with pytest.raises(pb_utils.TritonModelException, match="only inside a model served"):
         named.exec()  # these tests run pb_utils without a worker: no server behind it
+
+
+def test_model_config_completion_adds_and_checks_as_triton() -> None:
+    config = pb_utils.ModelConfig(
+        {
+            "name": "m",
+            "max_batch_size": 0,
+            "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [4]}],
+        }
+    )
+    config.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [4]})  # as declared: kept
+    config.add_input({"name": "B", "data_type": "TYPE_INT32", "dims": [-1]})
+    config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [4]})
+    config.set_max_batch_size(8)
+    config.set_dynamic_batching()
+    done = config.as_dict()
+    assert [t["name"] for t in done["input"]] == ["A", "B"]
+    assert done["max_batch_size"] == 8 and done["dynamic_batching"] == {}
+    with pytest.raises(pb_utils.TritonModelException, match="'A' is TYPE_INT32"):
+        config.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [4]})
+    with pytest.raises(pb_utils.TritonModelException, match="max_batch_size is 8"):
+        config.set_max_batch_size(4)
+    with pytest.raises(pb_utils.TritonModelException, match="lacks"):
+        config.add_output({"name": "Z"})

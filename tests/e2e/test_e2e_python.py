@@ -256,3 +256,45 @@ def test_an_ensemble_runs_a_step_without_an_optional_input_the_request_left_out(
         ).as_numpy("Y")
     np.testing.assert_array_equal(alone, x)
     np.testing.assert_array_equal(both, 2 * x)
+
+
+AUTO_COMPLETE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [4]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [4]})
+        auto_complete_model_config.set_max_batch_size(8)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)
+            ])
+            for r in requests
+        ]
+"""
+
+
+def test_auto_complete_config_supplies_what_the_config_leaves_out(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    repo = tmp_path / "repo"
+    models.write_python_model(repo, "completed", AUTO_COMPLETE, 'backend: "python"\n')
+    models.write_python_model(repo, "bare", SCALE, 'backend: "python"\n')
+    server = start_server(repo, "--strict-readiness", "false")
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        config = triton.get_model_config("completed", as_json=True)["config"]
+        assert [t["name"] for t in config["input"]] == ["X"]
+        assert config["max_batch_size"] == 8 and "dynamic_batching" in config
+        x = np.zeros((2, 4), np.float32)
+        y = triton.infer("completed", [infer_input("X", x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, x + 1)
+        index = {m["name"]: m for m in triton.get_model_repository_index(as_json=True)["models"]}
+        assert index["bare"]["state"] == "UNAVAILABLE"
+        assert "declares its inputs and outputs" in index["bare"]["reason"]

@@ -120,7 +120,6 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
     [
         ('backend: "tensorflow"', "backend 'tensorflow' is not supported"),
         ('platform: "pytorch_libtorch"', "backend 'pytorch_libtorch' is not supported"),
-        ('backend: "python"', "a Python model declares its inputs and outputs"),
         (
             'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] '
             'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }] '
