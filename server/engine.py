@@ -208,7 +208,10 @@ class Engine:
                 elif item.outputs is None:
                     yield None, item.final
                 else:
-                    yield _response(target, item.outputs, outputs), item.final
+                    produced = item.outputs
+                    if target.reshape is not None:
+                        produced = target.reshape.to_config(produced)
+                    yield _response(target, produced, outputs), item.final
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -76,6 +77,8 @@ async def submit(
         target.stats.record_failure(time.monotonic_ns() - start_ns, "OTHER")
         raise
     target.stats.record_success(result, time.monotonic_ns() - start_ns)
+    if target.reshape is not None:
+        return replace(result, outputs=target.reshape.to_config(result.outputs))
     return result
 
 

@@ -45,7 +45,8 @@ from server.repository._validate import (
     check_signature,
 )
 from server.repository._versions import list_versions, select_versions
-from server.repository._warmup import warm_up
+from server.repository._warmup import Prepare, warm_up
+from server.reshape import Reshape
 from server.scheduling import model_caller
 from server.stats import ModelStats
 
@@ -171,7 +172,8 @@ async def _new_version(
         count = len(placements) if placements else _instance_count(effective)
         for index in range(len(instances), count):
             instances.append(await _open_instance(effective, opening, index))
-        prepare = None if python or not _takes_strings(effective) else prepare_inputs
+        reshape = Reshape.from_config(effective)
+        prepare = _preparation(reshape, strings=not python and _takes_strings(effective))
         await warm_up(effective, path, version, instances, prepare)
     except BaseException:
         for instance in instances:
@@ -202,6 +204,7 @@ async def _new_version(
         time.monotonic() - started_s,
         prepare=prepare,
         router=router,
+        reshape=reshape,
     )
 
 
@@ -261,6 +264,16 @@ def _complete(config: mc.ModelConfig, signature: ModelSignature) -> mc.ModelConf
     if config.backend == PYTHON_BACKEND:  # Triton's default: one instance for other backends
         return autocomplete(config, signature, default_instance_count=1)
     return autocomplete(config, signature, cuda_device_count=cuda_device_count())
+
+
+def _preparation(reshape: Reshape | None, strings: bool) -> Prepare | None:
+    """A request's per-request conversion before batching: the config's reshapes, then the
+    text the ONNX Runtime binding needs for strings; None when there is nothing to do."""
+    if reshape is None:
+        return prepare_inputs if strings else None
+    if not strings:
+        return reshape.to_model
+    return lambda arrays: prepare_inputs(reshape.to_model(arrays))
 
 
 def _takes_strings(config: mc.ModelConfig) -> bool:

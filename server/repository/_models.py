@@ -12,6 +12,7 @@ from backends import Instance, TensorMap
 from proto import model_config_pb2 as mc
 from server.decoupled import DecoupledRouter
 from server.inference import ModelIO
+from server.reshape import Reshape
 from server.scheduling import Scheduler
 from server.stats import ModelStats
 
@@ -45,6 +46,7 @@ class ModelVersion:
     # Per-request conversion the backend needs before batching (None: arrays go as they are).
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
     router: DecoupledRouter | None = None  # a decoupled model's responses go through it
+    reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
 
 
 @dataclass(frozen=True, slots=True)

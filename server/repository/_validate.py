@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from backends import ModelSignature, TensorSignature
@@ -85,11 +86,10 @@ def _check_side(
         if tensor.name in seen:
             raise ConfigError(f"model '{config.name}': {side} '{tensor.name}' is declared twice")
         seen.add(tensor.name)
+        model_dims = list(tensor.dims)
         if tensor.HasField("reshape"):
-            raise ConfigError(
-                f"model '{config.name}': {side} '{tensor.name}' uses reshape, "
-                "which is not supported yet"
-            )
+            model_dims = list(tensor.reshape.shape)
+            _check_reshape(config, side, tensor.name, list(tensor.dims), model_dims)
         found = by_name.get(tensor.name)
         if found is None:
             raise ConfigError(
@@ -102,7 +102,20 @@ def _check_side(
                 f"{mc.DataType.Name(tensor.data_type)} in the config but "
                 f"{wire_name(found.data_type)} in the model file"
             )
-        _check_shape(config, side, tensor.name, list(tensor.dims), found.shape)
+        _check_shape(config, side, tensor.name, model_dims, found.shape)
+
+
+def _check_reshape(
+    config: mc.ModelConfig, side: str, name: str, dims: list[int], shape: list[int]
+) -> None:
+    """`dims` (the client's view) and `reshape` (the file's) must hold as many elements."""
+    if -1 in dims or -1 in shape:
+        return  # checked per request
+    if math.prod(dims) != math.prod(shape):
+        raise ConfigError(
+            f"model '{config.name}': {side} '{name}' has dims {dims} ({math.prod(dims)} "
+            f"elements) but reshape {shape} ({math.prod(shape)} elements)"
+        )
 
 
 def _check_shape(

@@ -99,7 +99,12 @@ def test_signature_check_accepts_a_matching_config() -> None:
         (
             'max_batch_size: 4 input [ { name: "x" data_type: TYPE_FP32 dims: [16] '
             "reshape: { shape: [4, 4] } } ]",
-            "reshape",
+            "expects [16]",  # the file's shape is compared with the reshape
+        ),
+        (
+            'max_batch_size: 4 input [ { name: "x" data_type: TYPE_FP32 dims: [15] '
+            "reshape: { shape: [16] } } ]",
+            "but reshape [16]",
         ),
     ],
 )
