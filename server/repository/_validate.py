@@ -24,6 +24,11 @@ def check_backend(config: mc.ModelConfig) -> None:
             f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTHON_BACKEND}", '
             f'platform "{ENSEMBLE_PLATFORM}")'
         )
+    if config.HasField("sequence_batching"):
+        raise ConfigError(
+            f"model '{config.name}': sequence_batching (stateful models, Triton's sequence "
+            "batcher) is not supported; serve the model without it or with dynamic_batching"
+        )
     if config.model_transaction_policy.decoupled and not python:
         raise ConfigError(
             f"model '{config.name}': only Python models can be decoupled "
