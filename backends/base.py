@@ -32,6 +32,9 @@ class ModelSignature:
     outputs: tuple[TensorSignature, ...]
 
 
+# A request's parameters for the model (the scheduler's own already taken out).
+Parameters = Mapping[str, bool | int | float | str]
+
 # One request's answer: every output it produced (batch axis first), or why it alone failed.
 Response = dict[str, np.ndarray] | BackendError
 
@@ -57,12 +60,16 @@ class Instance(Protocol):
         """The inputs and outputs the model file declares."""
         ...
 
-    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+    async def execute(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+    ) -> ExecutionResult:
         """Run one batch on this instance's worker; never blocks the event loop.
 
         `requests` are the batch's requests in order, each with its own leading batch dimension
         when the model batches; the instance assembles them (where depends on the device).
         Raising fails the whole batch; an error in `responses` fails only its request.
+        `parameters` are the requests' own, in order (empty: none had any); backends that take
+        no parameters ignore them.
         """
         ...
 

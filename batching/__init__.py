@@ -13,7 +13,14 @@ from batching.errors import (
     RequestTimeoutError,
 )
 from batching.inflight import InFlight
-from batching.messages import ExecutionRecord, Executor, Outcome, RequestResult, TensorMap
+from batching.messages import (
+    ExecutionRecord,
+    Executor,
+    Outcome,
+    Parameters,
+    RequestResult,
+    TensorMap,
+)
 from batching.policy import (
     BatchPolicy,
     Candidate,
@@ -36,6 +43,7 @@ __all__ = [
     "ExecutorContractError",
     "InFlight",
     "Outcome",
+    "Parameters",
     "PolicyError",
     "QueueFullError",
     "QueuePolicy",

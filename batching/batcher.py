@@ -12,11 +12,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
 from batching.inflight import InFlight
-from batching.messages import ExecutionRecord, Executor, RequestResult, TensorMap
+from batching.messages import ExecutionRecord, Executor, Parameters, RequestResult, TensorMap
 from batching.policy import BatchPolicy, Candidate, Decision, next_batch
 from batching.queue import Queued, RequestQueue
 
@@ -25,6 +26,7 @@ _log = logging.getLogger(__name__)
 Observer = Callable[[ExecutionRecord], None]
 
 _WAIT_GAIN_TTL_NS = 1_000_000_000  # how long a measured wait gain is trusted
+_NO_PARAMETERS: Parameters = MappingProxyType({})
 
 
 class Batcher:
@@ -103,10 +105,12 @@ class Batcher:
         batch_size: int,
         priority: int = 0,
         timeout_ns: int = 0,
+        parameters: Parameters = _NO_PARAMETERS,
     ) -> RequestResult:
         """Queue one request and wait for its result; cancelling the caller dequeues it.
 
-        `priority` and `timeout_ns` are the request's parameters (0: the model's defaults).
+        `priority` and `timeout_ns` are the request's scheduling parameters (0: the model's
+        defaults); `parameters` go with it to the executor.
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
@@ -115,6 +119,7 @@ class Batcher:
         queue_policy = self._policy.queue_policies[level - 1]
         request = Queued(
             inputs=inputs,
+            parameters=parameters,
             candidate=Candidate(max(batch_size, 1), now_ns, self._policy.shape_key(inputs)),
             level=level,
             deadline_ns=queue_policy.deadline_ns(now_ns, timeout_ns),
@@ -217,7 +222,12 @@ class Batcher:
         record: ExecutionRecord | None = None
         try:
             try:
-                outcome = await executor.execute([request.inputs for request in batch])
+                requests = [request.inputs for request in batch]
+                if any(request.parameters for request in batch):
+                    parameters = [request.parameters for request in batch]
+                    outcome = await executor.execute(requests, parameters)
+                else:
+                    outcome = await executor.execute(requests)
                 if len(outcome.responses) != len(batch):
                     raise ExecutorContractError(
                         f"instance '{executor.name}' answered {len(outcome.responses)} of "

@@ -9,6 +9,8 @@ from typing import Any, Protocol
 import numpy.typing as npt
 
 TensorMap = Mapping[str, npt.NDArray[Any]]
+# A request's parameters that reach the model (Triton's reserved ones already taken out).
+Parameters = Mapping[str, bool | int | float | str]
 
 
 class Outcome(Protocol):
@@ -33,8 +35,11 @@ class Executor(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def execute(self, requests: Sequence[TensorMap]) -> Outcome:
-        """Run the batch's requests (in order); assembling them is the executor's business."""
+    async def execute(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+    ) -> Outcome:
+        """Run the batch's requests (in order); assembling them is the executor's business.
+        `parameters` are the requests' own, in the same order (empty: none had any)."""
         ...
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batching.errors import QueueFullError
-from batching.messages import TensorMap
+from batching.messages import Parameters, TensorMap
 from batching.policy import BatchPolicy, Candidate, TimeoutAction
 
 
@@ -22,6 +22,7 @@ class Queued:
     """One request waiting for a batch."""
 
     inputs: TensorMap
+    parameters: Parameters  # the request's parameters for the model (usually empty)
     candidate: Candidate
     level: int  # 1 is the highest priority
     deadline_ns: int | None  # queue timeout; None for never

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from backends import BackendError, ExecutionResult, PythonInstance, Response, TensorMap
+from backends import (
+    BackendError,
+    ExecutionResult,
+    Parameters,
+    PythonInstance,
+    Response,
+    TensorMap,
+)
 from server.inference import InferOptions
 from server.scheduling import submit
 
@@ -86,7 +93,9 @@ class DecoupledExecutor:
     def name(self) -> str:
         return self._instance.name
 
-    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+    async def execute(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+    ) -> ExecutionResult:
         sinks = self._router.sinks(requests)
 
         def send(index: int, response: Response | None, final: bool) -> None:
@@ -98,7 +107,7 @@ class DecoupledExecutor:
             else:
                 sink.put_nowait(Streamed(response, None, final))
 
-        result = await self._instance.execute_decoupled(requests, send)
+        result = await self._instance.execute_decoupled(requests, send, parameters)
         # Each request's answer went to its stream; the batcher only needs one entry per request.
         empty: list[Response] = [{} for _ in requests]
         return ExecutionResult(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy.typing as npt
@@ -48,10 +48,42 @@ def _spec(tensor: mc.ModelInput | mc.ModelOutput, optional: bool) -> TensorSpec:
 
 @dataclass(frozen=True, slots=True)
 class InferOptions:
-    """Request parameters the scheduler reads (Triton's reserved `priority` and `timeout`)."""
+    """A request's parameters: the two the scheduler reads (Triton's reserved `priority` and
+    `timeout`) and the others, which go to the model (a Python model's `request.parameters()`)."""
 
     priority: int = 0  # 0: the model's default priority level; 1 is the highest
     timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
+    parameters: Mapping[str, bool | int | float | str] = field(default_factory=dict)
+
+
+# Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.
+RESERVED_PARAMETERS = frozenset(
+    {
+        "priority",
+        "timeout",
+        "binary_data_output",
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "headers",
+    }
+)
+
+
+def model_parameters(items: Iterable[tuple[str, object]]) -> dict[str, bool | int | float | str]:
+    """The request parameters that reach the model: all but the reserved ones, each a boolean,
+    number or string."""
+    chosen: dict[str, bool | int | float | str] = {}
+    for key, value in items:
+        if key in RESERVED_PARAMETERS or key.startswith("triton_"):
+            continue
+        if not isinstance(value, bool | int | float | str):
+            raise InvalidInputError(
+                f"request parameter '{key}' must be a boolean, number or string, got "
+                f"{type(value).__name__}"
+            )
+        chosen[key] = value
+    return chosen
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ class Scheduler(Protocol):
         batch_size: int,
         priority: int = 0,
         timeout_ns: int = 0,
+        parameters: Mapping[str, bool | int | float | str] = ...,
     ) -> RequestResult: ...
 
     async def stop(self, timeout_s: float) -> None:
@@ -62,7 +63,7 @@ async def submit(
     start_ns = time.monotonic_ns()
     try:
         result = await target.scheduler.infer(
-            arrays, batch_size, options.priority, options.timeout_us * 1000
+            arrays, batch_size, options.priority, options.timeout_us * 1000, options.parameters
         )
     except (QueueFullError, RequestTimeoutError):
         target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")

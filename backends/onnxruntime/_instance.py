@@ -15,7 +15,13 @@ import numpy as np
 import onnxruntime as ort
 
 from backends.assemble import concat_inputs, split_outputs
-from backends.base import ExecutionResult, ModelSignature, TensorMap, TensorSignature
+from backends.base import (
+    ExecutionResult,
+    ModelSignature,
+    Parameters,
+    TensorMap,
+    TensorSignature,
+)
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from backends.onnxruntime._settings import OrtSettings
@@ -85,7 +91,10 @@ class OrtInstance:
         """The execution providers the session really runs with, and their options."""
         return dict(self._session.get_provider_options())
 
-    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+    async def execute(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+    ) -> ExecutionResult:
+        # ONNX models take no request parameters.
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._worker, self._run, requests)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from backends.base import ExecutionResult, ModelSignature, Response, TensorMap
+from backends.base import ExecutionResult, ModelSignature, Parameters, Response, TensorMap
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.python._config import (
     config_json,
@@ -138,17 +138,23 @@ class PythonInstance:
     def signature(self) -> ModelSignature:
         return self._signature
 
-    async def execute(self, requests: Sequence[TensorMap]) -> ExecutionResult:
-        """Run execute(requests) in the worker; one response or error per request, in order."""
+    async def execute(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+    ) -> ExecutionResult:
+        """Run execute(requests) in the worker; one response or error per request, in order.
+        Each request's `parameters` are what its `request.parameters()` shows."""
         if self._model.decoupled:
             raise ExecutionError(
                 f"{self._model.where()}: the model is decoupled; its responses stream through "
                 "execute_decoupled"
             )
-        return await self._submit(self._run, requests)
+        return await self._submit(self._run, requests, parameters)
 
     async def execute_decoupled(
-        self, requests: Sequence[TensorMap], send: ResponseSend
+        self,
+        requests: Sequence[TensorMap],
+        send: ResponseSend,
+        parameters: Sequence[Parameters] = (),
     ) -> ExecutionResult:
         """Run a decoupled model's execute; its responses reach `send` on the event loop.
 
@@ -164,7 +170,7 @@ class PythonInstance:
         def emit(index: int, response: Response | None, final: bool) -> None:
             loop.call_soon_threadsafe(send, index, response, final)
 
-        return await self._submit(self._run_decoupled, requests, emit)
+        return await self._submit(self._run_decoupled, requests, emit, parameters)
 
     def close(self) -> None:
         """Run finalize() (bounded by the execute timeout) and end the worker; blocking."""
@@ -190,13 +196,15 @@ class PythonInstance:
 
     # Everything below runs on the instance's executor thread.
 
-    def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+    def _run(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
+    ) -> ExecutionResult:
         worker = self._running_worker()
         batch = next(self._batches)
         start_ns = time.monotonic_ns()
         deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
         try:
-            worker.send(self._execute_message(batch, requests), deadline_ns)
+            worker.send(self._execute_message(batch, requests, parameters), deadline_ns)
             sent_ns = time.monotonic_ns()
             reply = next(self._answered(worker, batch, deadline_ns))
         except WorkerFailure as failure:
@@ -211,7 +219,9 @@ class PythonInstance:
             execute_ns = received_ns - sent_ns
         return _result(responses, start_ns, sent_ns, execute_ns)
 
-    def _run_decoupled(self, requests: Sequence[TensorMap], emit: ResponseSend) -> ExecutionResult:
+    def _run_decoupled(
+        self, requests: Sequence[TensorMap], emit: ResponseSend, parameters: Sequence[Parameters]
+    ) -> ExecutionResult:
         worker = self._running_worker()
         batch = next(self._batches)
         start_ns = sent_ns = time.monotonic_ns()
@@ -220,7 +230,7 @@ class PythonInstance:
         returned = False
         execute_ns = 0
         try:
-            worker.send(self._execute_message(batch, requests), deadline_ns)
+            worker.send(self._execute_message(batch, requests, parameters), deadline_ns)
             sent_ns = time.monotonic_ns()
             replies = self._answered(worker, batch, deadline_ns)
             while not (returned and all(finished)):
@@ -271,8 +281,12 @@ class PythonInstance:
         except Exception as exc:  # the called model's error, as Triton returns it to the caller
             return str(exc)
 
-    def _execute_message(self, batch: int, requests: Sequence[TensorMap]) -> tuple[Any, ...]:
-        return ("execute", batch, [dict(arrays) for arrays in requests], self._output_names)
+    def _execute_message(
+        self, batch: int, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
+    ) -> tuple[Any, ...]:
+        inputs = [dict(arrays) for arrays in requests]
+        shown = [dict(p) for p in parameters] if parameters else [{} for _ in requests]
+        return ("execute", batch, inputs, self._output_names, shown)
 
     def _response(self, payload: Any) -> Response:
         if isinstance(payload, str):

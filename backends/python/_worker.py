@@ -7,9 +7,10 @@ they arrive writable, as Triton's inputs are).
 
 Parent -> worker: ("auto_complete", spec), answered ("completed", config) | ("failed", reason),
 after which the worker exits; or ("initialize", spec) once, then ("execute", batch, inputs,
-output_names) or ("finalize",). Worker -> parent: ("ready",) | ("failed", reason) after initialize;
-("response", batch, index, payload, final) for each send of a decoupled model, then
-("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error | None).
+output_names, parameters) or ("finalize",). Worker -> parent: ("ready",) | ("failed", reason)
+after initialize; ("response", batch, index, payload, final) for each send of a decoupled model,
+then ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error |
+None).
 A payload is a dict of output arrays, an error message (str), or None (a bare final flag).
 While execute runs, `InferenceRequest.exec` sends ("call", batch, call, model, version, inputs,
 output_names) and waits for the parent's ("called", call, payload).
@@ -129,7 +130,11 @@ class _Server:
                 return
 
     def _execute(
-        self, batch: int, inputs: list[dict[str, np.ndarray]], output_names: list[str]
+        self,
+        batch: int,
+        inputs: list[dict[str, np.ndarray]],
+        output_names: list[str],
+        parameters: list[dict[str, Any]],
     ) -> None:
         pb = self._utils
         requests = [
@@ -139,6 +144,7 @@ class _Server:
                 model_name=self._model_name,
                 model_version=self._version,
                 response_sender=pb.InferenceResponseSender(self._sender(batch, index)),
+                parameters=parameters[index],
             )
             for index, arrays in enumerate(inputs)
         ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
@@ -37,6 +38,8 @@ class EnsembleResult(RequestResult):
 
     steps: tuple[StepRun, ...] = ()
 
+
+_NO_PARAMETERS: Mapping[str, bool | int | float | str] = MappingProxyType({})
 
 Resolve = Callable[[str, str], "ModelVersion"]  # (model, version "" = newest) -> ready version
 Observer = Callable[[ExecutionRecord], None]
@@ -77,13 +80,15 @@ class EnsembleScheduler:
         batch_size: int,
         priority: int = 0,
         timeout_ns: int = 0,
+        parameters: Mapping[str, bool | int | float | str] = _NO_PARAMETERS,
     ) -> RequestResult:
         if self._closed:
             raise BatcherClosedError(
                 f"ensemble '{self._plan.name}' is no longer accepting requests"
             )
         with self._in_flight.counted():
-            return await self._run(inputs, batch_size, InferOptions(priority, timeout_ns // 1000))
+            options = InferOptions(priority, timeout_ns // 1000, parameters)
+            return await self._run(inputs, batch_size, options)
 
     async def stop(self, timeout_s: float) -> None:
         self._closed = True

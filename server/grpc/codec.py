@@ -14,7 +14,7 @@ from server.cuda_shm import CudaSharedMemoryRegistry
 from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.engine import InferResponse
 from server.errors import InvalidInputError, RegionNotFoundError, UnsupportedError
-from server.inference import InferInput, InferOptions
+from server.inference import InferInput, InferOptions, model_parameters
 from server.shm import SharedMemoryRegistry
 
 _NO_OPTIONS = InferOptions()
@@ -167,12 +167,17 @@ def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
 
 
 def infer_options(request: pb.ModelInferRequest) -> InferOptions:
-    """The scheduling parameters Triton reserves: `priority` and `timeout` (microseconds)."""
+    """The scheduling parameters Triton reserves (`priority`, `timeout` in microseconds), and
+    the others, for the model."""
     if not request.parameters:
         return _NO_OPTIONS
     return InferOptions(
         priority=_int_parameter(request, "priority"),
         timeout_us=_int_parameter(request, "timeout"),
+        parameters=model_parameters(
+            (key, getattr(value, value.WhichOneof("parameter_choice") or "string_param"))
+            for key, value in request.parameters.items()
+        ),
     )
 
 

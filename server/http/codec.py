@@ -15,7 +15,7 @@ from backends import on_host
 from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
-from server.inference import InferInput, InferOptions
+from server.inference import InferInput, InferOptions, model_parameters
 from server.shm import SharedMemoryRegistry
 from server.tracing import TRACE_HEADERS
 
@@ -243,7 +243,8 @@ def _request_parameters(request: JsonObject) -> Mapping[str, Any]:
 
 
 def infer_options(request: JsonObject) -> InferOptions:
-    """The scheduling parameters Triton reserves: `priority` and `timeout` (microseconds)."""
+    """The scheduling parameters Triton reserves (`priority`, `timeout` in microseconds), and
+    the others, for the model."""
     parameters = _request_parameters(request)
     values = {}
     for key in ("priority", "timeout"):
@@ -252,7 +253,11 @@ def infer_options(request: JsonObject) -> InferOptions:
             if value < 0:
                 raise InvalidInputError(f"request parameter '{key}' must be >= 0, got {value}")
             values[key] = value
-    return InferOptions(priority=values.get("priority", 0), timeout_us=values.get("timeout", 0))
+    return InferOptions(
+        priority=values.get("priority", 0),
+        timeout_us=values.get("timeout", 0),
+        parameters=model_parameters(parameters.items()),
+    )
 
 
 def encode_response(

@@ -15,32 +15,37 @@ from server.engine import Engine, InferResponse
 from server.errors import InvalidInputError, ModelNotReadyError, ServerError
 from server.http.codec import JsonObject, decode_json_data, json_data, parse_json, trace_carrier
 from server.http.status import http_status_for
-from server.inference import InferInput, InferOptions, ModelIO
+from server.inference import InferInput, InferOptions, ModelIO, model_parameters
 
 # Keys of a generate answer that are not outputs (Triton's "reserved" names).
 RESERVED = ("id", "model_name", "model_version")
 _PARAMETER_TYPES = (str, int, float, bool)
 
 
-def generate_inputs(body: JsonObject, io: ModelIO) -> tuple[list[InferInput], str]:
-    """The input tensors a generate request names and its request id.
+def generate_inputs(
+    body: JsonObject, io: ModelIO
+) -> tuple[list[InferInput], str, dict[str, bool | int | float | str]]:
+    """The input tensors a generate request names, its request id and its parameters.
 
     A key naming a model input becomes that tensor, shaped from the model's metadata shape: its
     fixed dimensions take their share of the values, the innermost variable one the rest, other
     variable ones 1 (so a scalar for `[-1, 1]` is `[1, 1]`). Every other key, and each member of
-    `parameters`, is a request parameter, as in Triton; Convoy's backends take none, so they are
-    checked and dropped."""
+    `parameters`, is a request parameter, as in Triton (a Python model's `request.parameters()`
+    shows them)."""
     request_id = body.get("id", "")
     if not isinstance(request_id, str):
         raise InvalidInputError(f"generate request 'id' must be a string, got {request_id!r:.80}")
     inputs = []
+    parameters: list[tuple[str, Any]] = []
     for key, value in body.items():
         spec = io.inputs.get(key)
         if spec is None:
             if key == "parameters":
                 _check_parameters(value)
+                parameters.extend(value.items())
             elif key != "id":
                 _check_parameter(key, value)
+                parameters.append((key, value))
             continue
         where = f"generate input '{key}' of model '{io.model}'"
         count = _count(value)
@@ -52,7 +57,7 @@ def generate_inputs(body: JsonObject, io: ModelIO) -> tuple[list[InferInput], st
             )
         array = decode_json_data(value, spec.datatype, shape, where)
         inputs.append(InferInput(key, spec.datatype.wire, shape, array))
-    return inputs, request_id
+    return inputs, request_id, model_parameters(parameters)
 
 
 def tensor_shape(dims: tuple[int, ...], count: int) -> tuple[int, ...] | None:
@@ -127,28 +132,28 @@ class GenerateRoutes:
                 raise
             return ModelIO.from_config(config)
 
-    async def _request(self, request: web.Request) -> tuple[str, str, list[InferInput], str]:
+    async def _request(
+        self, request: web.Request
+    ) -> tuple[str, str, list[InferInput], str, InferOptions]:
         name, version = request.match_info["model"], request.match_info.get("version", "")
         body = parse_json(await request.read())
-        inputs, request_id = generate_inputs(body, self._io(name, version))
-        return name, version, inputs, request_id
+        inputs, request_id, parameters = generate_inputs(body, self._io(name, version))
+        return name, version, inputs, request_id, InferOptions(parameters=parameters)
 
     async def generate(self, request: web.Request) -> web.Response:
-        name, version, inputs, request_id = await self._request(request)
+        name, version, inputs, request_id, options = await self._request(request)
         carrier = trace_carrier(request.headers) if self._engine.tracing else None
-        response = await self._engine.infer(
-            name, version, inputs, [], InferOptions(), request_id, carrier
-        )
+        response = await self._engine.infer(name, version, inputs, [], options, request_id, carrier)
         return web.json_response(generate_answer(response, request_id))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """One event per response: a decoupled model's every response, any other model's one.
         A request the model failed is answered as an error event with the error's status
         (Triton's way); one refused before it ran, as a JSON error."""
-        name, version, inputs, request_id = await self._request(request)
+        name, version, inputs, request_id, options = await self._request(request)
         carrier = trace_carrier(request.headers) if self._engine.tracing else None
         responses = self._engine.infer_stream(
-            name, version, inputs, [], InferOptions(), request_id, carrier
+            name, version, inputs, [], options, request_id, carrier
         ).__aiter__()
         try:
             first: tuple[InferResponse | BackendError | None, bool] | None = await anext(responses)

@@ -12,7 +12,7 @@ def make_queue(batching: str) -> RequestQueue:
 
 
 def request(tag: int, level: int = 1, deadline_ns: int | None = None) -> Queued:
-    return Queued({}, Candidate(1, tag, ()), level, deadline_ns, future=tag)
+    return Queued({}, {}, Candidate(1, tag, ()), level, deadline_ns, future=tag)
 
 
 def tags(queue: RequestQueue) -> list[int]:

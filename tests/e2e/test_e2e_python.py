@@ -4,7 +4,9 @@ that raises or hangs fails only its own requests, and the server stays up."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +300,57 @@ def test_auto_complete_config_supplies_what_the_config_leaves_out(
         index = {m["name"]: m for m in triton.get_model_repository_index(as_json=True)["models"]}
         assert index["bare"]["state"] == "UNAVAILABLE"
         assert "declares its inputs and outputs" in index["bare"]["reason"]
+
+
+ECHO_PARAMETERS = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy()),
+                pb_utils.Tensor("PARAMETERS", np.array([[r.parameters()]], dtype=object)),
+            ])
+            for r in requests
+        ]
+"""
+
+
+def test_request_parameters_reach_a_python_model_without_the_reserved_ones(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    repo = tmp_path / "repo"
+    models.write_python_model(
+        repo,
+        "echo",
+        ECHO_PARAMETERS,
+        'name: "echo"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] },'
+        ' { name: "PARAMETERS" data_type: TYPE_STRING dims: [ 1 ] } ]\n',
+    )
+    server = start_server(repo)
+    x = np.ones((1, 1), np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer(
+            "echo",
+            [infer_input("X", x, "FP32")],
+            parameters={"temperature": 0.5, "mode": "fast", "greedy": True, "top_k": 3},
+            priority=1,
+        )
+        shown = json.loads(result.as_numpy("PARAMETERS")[0, 0])
+        assert shown == {"temperature": 0.5, "mode": "fast", "greedy": True, "top_k": 3}
+        plain = triton.infer("echo", [infer_input("X", x, "FP32")])
+        assert json.loads(plain.as_numpy("PARAMETERS")[0, 0]) == {}
+    body = json.dumps({"X": 2.0, "max_tokens": 16, "parameters": {"stop": "\n"}}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.http_port}/v2/models/echo/generate", data=body
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        generated = json.loads(answer.read())
+    assert json.loads(generated["PARAMETERS"]) == {"max_tokens": 16, "stop": "\n"}

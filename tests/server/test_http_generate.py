@@ -49,8 +49,9 @@ def test_inputs_become_tensors_and_other_keys_parameters() -> None:
         "max_tokens": 20,
         "parameters": {"temperature": 0.5, "stream": False},
     }
-    (row, text), request_id = generate_inputs(body, io)
+    (row, text), request_id, parameters = generate_inputs(body, io)
     assert request_id == "g-1"
+    assert parameters == {"max_tokens": 20, "temperature": 0.5, "stream": False}
     assert row.shape == (1, 16) and row.array.dtype == np.float32
     np.testing.assert_array_equal(row.array[0], np.arange(16, dtype=np.float32))
     assert text.shape == (1, 1) and text.array[0, 0] == "naïve".encode()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from server.errors import InvalidInputError
-from server.inference import InferInput, ModelIO, check_request
+from server.inference import InferInput, ModelIO, check_request, model_parameters
 from server.repository import parse_config
 
 BATCHING = ModelIO.from_config(
@@ -70,3 +70,19 @@ def test_bad_requests_are_invalid_input(
 def test_missing_required_input_names_it() -> None:
     with pytest.raises(InvalidInputError, match=r"missing required input\(s\) \['a'\]"):
         check_request(BATCHING, [_input("b", "INT32", (1, 2))], [])
+
+
+def test_model_parameters_leave_out_what_triton_reserves() -> None:
+    chosen = model_parameters(
+        [
+            ("priority", 1),
+            ("timeout", 10),
+            ("binary_data_output", True),
+            ("triton_enable_empty_final_response", True),
+            ("temperature", 0.5),
+            ("mode", "fast"),
+        ]
+    )
+    assert chosen == {"temperature": 0.5, "mode": "fast"}
+    with pytest.raises(InvalidInputError, match="'stop' must be a boolean, number or string"):
+        model_parameters([("stop", ["\n"])])
