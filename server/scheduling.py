@@ -17,7 +17,7 @@ import numpy.typing as npt
 from backends import BackendError, ModelCaller, on_host
 from batching import QueueFullError, RequestResult, RequestTimeoutError
 from server.datatypes import wire_of
-from server.inference import InferInput, InferOptions, check_request
+from server.inference import InferInput, InferOptions, check_request, model_parameters
 
 if TYPE_CHECKING:
     from server.repository import ModelVersion
@@ -110,9 +110,14 @@ def model_caller(resolve: Callable[[str, str], ModelVersion]) -> ModelCaller:
     outputs (all when none are named) come back in host memory."""
 
     async def call(
-        model: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str]
+        model: str,
+        version: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        parameters: dict[str, Any],
     ) -> dict[str, Any]:
-        result = await infer_on(resolve(model, version), inputs, outputs, InferOptions())
+        options = InferOptions(parameters=model_parameters(parameters.items()))
+        result = await infer_on(resolve(model, version), inputs, outputs, options)
         return {
             name: on_host(array)
             for name, array in result.outputs.items()

@@ -39,7 +39,8 @@ ResponseSend = Callable[[int, Response | None, bool], None]
 # How a model's `InferenceRequest.exec` reaches another model: (model, version "" = newest,
 # inputs, output names) -> the outputs; raises with the reason. Runs on the event loop.
 ModelCaller = Callable[
-    [str, str, dict[str, np.ndarray], list[str]], Coroutine[Any, Any, dict[str, Any]]
+    [str, str, dict[str, np.ndarray], list[str], dict[str, Any]],
+    Coroutine[Any, Any, dict[str, Any]],
 ]
 
 
@@ -264,12 +265,16 @@ class PythonInstance:
     def _call(self, reply: tuple[Any, ...], deadline_ns: int) -> dict[str, Any] | str:
         """Run one `exec` on the event loop and wait (within the batch's deadline): the outputs,
         or the reason it failed, for the model's error response."""
-        _, _, _, model, version, inputs, output_names = reply
+        _, _, _, model, version, inputs, output_names, parameters = reply
         if self._caller is None or self._loop is None:
             return "this server does not serve calls to other models from this model"
         future: concurrent.futures.Future[dict[str, Any]] = asyncio.run_coroutine_threadsafe(
             self._caller(
-                str(model), "" if int(version) < 0 else str(version), inputs, list(output_names)
+                str(model),
+                "" if int(version) < 0 else str(version),
+                inputs,
+                list(output_names),
+                dict(parameters),
             ),
             self._loop,
         )

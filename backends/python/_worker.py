@@ -13,7 +13,7 @@ then ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("final
 None).
 A payload is a dict of output arrays, an error message (str), or None (a bare final flag).
 While execute runs, `InferenceRequest.exec` sends ("call", batch, call, model, version, inputs,
-output_names) and waits for the parent's ("called", call, payload).
+output_names, parameters) and waits for the parent's ("called", call, payload).
 """
 
 from __future__ import annotations
@@ -195,7 +195,12 @@ class _Server:
         return [self._payload(response) for response in returned]
 
     def _call_model(
-        self, model: str, version: int, inputs: list[Any], output_names: list[str]
+        self,
+        model: str,
+        version: int,
+        inputs: list[Any],
+        output_names: list[str],
+        parameters: dict[str, Any],
     ) -> Any:
         """`InferenceRequest.exec`: the request goes to the server, which runs it on `model`."""
         pb = self._utils
@@ -205,7 +210,8 @@ class _Server:
         arrays = {tensor.name(): _wire_array(tensor.as_numpy()) for tensor in inputs}
         with self._call_lock:
             call = next(self._calls)
-            self._channel.send(("call", batch, call, model, version, arrays, list(output_names)))
+            message = ("call", batch, call, model, version, arrays, list(output_names), parameters)
+            self._channel.send(message)
             reply = self._channel.receive()
         if reply[0] != "called" or reply[1] != call:
             raise pb.TritonModelException(f"exec(): unexpected reply {reply[0]!r} from the server")

@@ -28,7 +28,7 @@ LOGGER_NAME = "triton_python_backend_utils"
 
 # How `InferenceRequest.exec` reaches the server: installed by the worker (this module is the
 # worker's, one per process, as Triton's is); None where no server is behind it (tests).
-ModelCaller = Callable[[str, int, list["Tensor"], list[str]], "InferenceResponse"]
+ModelCaller = Callable[[str, int, list["Tensor"], list[str], dict[str, Any]], "InferenceResponse"]
 _model_caller: ModelCaller | None = None
 
 
@@ -344,7 +344,11 @@ class InferenceRequest:
         if _model_caller is None:
             raise TritonModelException("exec() runs only inside a model served by Convoy")
         return _model_caller(
-            self._model_name, self._model_version, self._inputs, self._requested_output_names
+            self._model_name,
+            self._model_version,
+            self._inputs,
+            self._requested_output_names,
+            json.loads(self._parameters),
         )
 
     async def async_exec(self, decoupled: bool = False) -> InferenceResponse:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,46 @@ class TritonPythonModel:
 """
 
 
+# Calls `echo` (which answers its request parameters) with parameters of its own.
+ASK = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            answer = pb_utils.InferenceRequest(
+                model_name="echo",
+                requested_output_names=["NOTE"],
+                inputs=[x],
+                parameters={"asked_by": "ask", "depth": 1},
+            ).exec()
+            note = pb_utils.get_output_tensor_by_name(answer, "NOTE")
+            y = pb_utils.Tensor("Y", x.as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[y, note]))
+        return responses
+"""
+
+ECHO = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy()),
+                pb_utils.Tensor("NOTE", np.array([[r.parameters()]], dtype=object)),
+            ])
+            for r in requests
+        ]
+"""
+
+
 def _repository(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(), None)
@@ -80,7 +121,12 @@ def _repository(tmp_path: Path) -> Path:
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 16 ] },'
         ' { name: "NOTE" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
     )
-    for name, source in (("pipeline", PIPELINE), ("wrong_input", WRONG_INPUT)):
+    for name, source in (
+        ("pipeline", PIPELINE),
+        ("wrong_input", WRONG_INPUT),
+        ("ask", ASK),
+        ("echo", ECHO),
+    ):
         config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n{io}'
         models.write_python_model(repo, name, source, config)
     return repo
@@ -101,3 +147,13 @@ def test_a_python_model_calls_other_models_and_gets_their_errors(
         with pytest.raises(InferenceServerException, match="data-type is 'FP64'"):
             triton.infer("wrong_input", [infer_input("X", x, "FP32")])
         assert triton.is_server_live()
+
+
+def test_a_call_carries_its_own_request_parameters(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    server = start_server(_repository(tmp_path))
+    x = np.ones((1, 16), np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer("ask", [infer_input("X", x, "FP32")])
+    assert json.loads(result.as_numpy("NOTE")[0, 0]) == {"asked_by": "ask", "depth": 1}
