@@ -53,7 +53,10 @@ class App:
             else MemoryBudget(settings.memory_budget_bytes, settings.evict_lru)
         )
         self.repository = Repository(
-            settings.model_repositories, settings.model_load_threads, budget
+            settings.model_repositories,
+            settings.model_load_threads,
+            budget,
+            completion=settings.auto_complete,
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(

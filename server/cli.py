@@ -17,7 +17,7 @@ from server.app import App, convoy_version
 from server.errors import ServerError
 from server.grpc import RESTRICTABLE_GROUPS
 from server.logs import LogControl
-from server.repository import auto_limit_bytes
+from server.repository import DEFAULT_MAX_BATCH_SIZE, AutoComplete, auto_limit_bytes
 from server.settings import (
     DEFAULT_MAX_MESSAGE_BYTES,
     ModelControlMode,
@@ -212,6 +212,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--model-load-thread-count", type=int, default=4, help="models loaded in parallel"
     )
+    serve.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="configs must declare their tensors and max_batch_size; files fill in nothing",
+    )
+    serve.add_argument(
+        "--strict-model-config",
+        type=_bool,
+        metavar="BOOL",
+        help="Triton's older spelling: true is --disable-auto-complete-config",
+    )
+    serve.add_argument(
+        "--backend-config",
+        type=_backend_config,
+        action="append",
+        default=[],
+        metavar="[BACKEND,]KEY=VALUE",
+        help="default-max-batch-size=N (auto-complete's, default 4); other keys are ignored",
+    )
     serve.add_argument("--log-verbose", type=int, default=0, metavar="N", help="0: info, 1+: debug")
     return parser
 
@@ -243,7 +262,28 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         memory_budget_bytes=args.memory_budget,
         evict_lru=args.model_eviction == "lru",
         lazy_load_timeout_s=args.lazy_load_timeout_secs if args.lazy_load else None,
+        auto_complete=_auto_complete(args),
     )
+
+
+def _backend_config(value: str) -> tuple[str, str]:
+    """`[backend,]key=value` as (key, value); the backend does not matter to Convoy."""
+    setting = value.rpartition(",")[2]
+    key, _, raw = setting.partition("=")
+    if not key or not raw:
+        raise argparse.ArgumentTypeError(f"'{value}': expected [BACKEND,]KEY=VALUE")
+    return key, raw
+
+
+def _auto_complete(args: argparse.Namespace) -> AutoComplete:
+    settings = dict(args.backend_config)
+    for key in sorted(set(settings) - {"default-max-batch-size"}):
+        _log.warning("--backend-config %s is not used by Convoy; ignored", key)
+    raw = settings.get("default-max-batch-size", str(DEFAULT_MAX_BATCH_SIZE))
+    if not raw.isdigit():
+        raise SystemExit(f"--backend-config default-max-batch-size={raw}: expected an integer")
+    disabled = args.disable_auto_complete_config or args.strict_model_config is True
+    return AutoComplete(enabled=not disabled, default_max_batch_size=int(raw))
 
 
 async def serve(settings: ServerSettings, logs: LogControl | None = None) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from server.repository import AutoComplete
 from server.tracing import TraceSettings
 
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
@@ -59,3 +60,4 @@ class ServerSettings:
     memory_budget_bytes: int | None = None  # None: no budget
     evict_lru: bool = False  # make room under the budget by unloading idle models
     lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this
+    auto_complete: AutoComplete = field(default_factory=AutoComplete)  # what files may fill in

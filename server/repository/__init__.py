@@ -1,6 +1,11 @@
 """The model repository: scanning, config parsing, auto-complete, versions and loaded models."""
 
-from server.repository._autocomplete import autocomplete, fill_identity
+from server.repository._autocomplete import (
+    DEFAULT_MAX_BATCH_SIZE,
+    AutoComplete,
+    autocomplete,
+    fill_identity,
+)
 from server.repository._budget import (
     MemoryBudget,
     Resident,
@@ -15,6 +20,8 @@ from server.repository._validate import check_backend, check_signature
 from server.repository._versions import list_versions, select_versions
 
 __all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "AutoComplete",
     "MemoryBudget",
     "ModelEntry",
     "ModelState",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
 from server.ensemble import is_ensemble
@@ -13,6 +15,17 @@ ONNX_DEFAULT_FILENAME = "model.onnx"
 PYTHON_BACKEND = "python"
 PYTHON_DEFAULT_FILENAME = "model.py"
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config default-max-batch-size
+
+
+@dataclass(frozen=True, slots=True)
+class AutoComplete:
+    """How much of a config the model file may fill in (Triton's server flags)."""
+
+    enabled: bool = True  # False: --disable-auto-complete-config; tensors must be declared
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE  # --backend-config default-max-batch-size
+
+
+DEFAULT_AUTO_COMPLETE = AutoComplete()
 
 
 def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
@@ -45,17 +58,35 @@ def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
 def autocomplete(
     config: mc.ModelConfig,
     signature: ModelSignature,
-    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    settings: AutoComplete = DEFAULT_AUTO_COMPLETE,
     default_instance_count: int = 2,
     cuda_device_count: int = 0,
 ) -> mc.ModelConfig:
     """Fill what the config leaves out (inputs, outputs, max_batch_size, instances) from the file.
 
     A dynamic first dimension on every tensor means the model can batch: with nothing declared,
-    max_batch_size becomes `default_max_batch_size`, else 0 and dims are the full shapes.
+    max_batch_size becomes the default max batch size, else 0 and dims are the full shapes. With
+    auto-complete disabled only instance groups and preferred batch sizes are normalized, as
+    Triton's core does for every config.
     """
     done = mc.ModelConfig()
     done.CopyFrom(config)
+    if settings.enabled:
+        _fill_from_file(done, signature, settings.default_max_batch_size)
+    _fill_instance_groups(done, default_instance_count, cuda_device_count)
+    if (
+        done.HasField("dynamic_batching")
+        and not done.dynamic_batching.preferred_batch_size
+        and done.max_batch_size > 0
+    ):
+        # Triton's core reports an empty preferred list as [max_batch_size].
+        done.dynamic_batching.preferred_batch_size.append(done.max_batch_size)
+    return done
+
+
+def _fill_from_file(
+    done: mc.ModelConfig, signature: ModelSignature, default_max_batch_size: int
+) -> None:
     tensors = (*signature.inputs, *signature.outputs)
     can_batch = bool(tensors) and all(len(t.shape) >= 1 and t.shape[0] == -1 for t in tensors)
     declared = bool(done.input) or bool(done.output)
@@ -70,15 +101,6 @@ def autocomplete(
             _fill_tensor(done.output.add(), tensor, batching)
     if not declared and done.max_batch_size > 1 and done.WhichOneof("scheduling_choice") is None:
         done.dynamic_batching.SetInParent()
-    _fill_instance_groups(done, default_instance_count, cuda_device_count)
-    if (
-        done.HasField("dynamic_batching")
-        and not done.dynamic_batching.preferred_batch_size
-        and done.max_batch_size > 0
-    ):
-        # Triton's core reports an empty preferred list as [max_batch_size].
-        done.dynamic_batching.preferred_batch_size.append(done.max_batch_size)
-    return done
 
 
 def _fill_tensor(

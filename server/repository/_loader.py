@@ -34,7 +34,13 @@ from server.decoupled import DecoupledRouter
 from server.ensemble import EnsembleScheduler, is_ensemble, plan_ensemble
 from server.errors import ConfigError, ServerError
 from server.inference import ModelIO
-from server.repository._autocomplete import PYTHON_BACKEND, autocomplete, fill_identity
+from server.repository._autocomplete import (
+    DEFAULT_AUTO_COMPLETE,
+    PYTHON_BACKEND,
+    AutoComplete,
+    autocomplete,
+    fill_identity,
+)
 from server.repository._budget import footprint_bytes
 from server.repository._config import read_config
 from server.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
@@ -79,6 +85,7 @@ async def build_model(
     peers: Peers,
     override: mc.ModelConfig | None = None,
     current: Mapping[int, ModelVersion] | None = None,
+    completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
 ) -> Built:
     """Build the versions the policy selects; `current` ones are kept if nothing changed."""
     built = Built()
@@ -100,7 +107,7 @@ async def build_model(
             if is_ensemble(config):
                 loaded = await _ensemble_version(config, version, peers)
             else:
-                loaded = await _build_version(config, path, version, previous, peers)
+                loaded = await _build_version(config, path, version, previous, peers, completion)
         except (ServerError, BackendError, BatchingError, OSError) as exc:
             built.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
             continue
@@ -111,13 +118,14 @@ async def build_model(
 
 @dataclass(frozen=True, slots=True)
 class _Opening:
-    """Where a version's instances come from."""
+    """Where a version's instances come from, and how its config is completed."""
 
     path: Path  # the model directory
     version: int
     model_file: Path
     placements: Sequence[Placement]  # an ONNX model's, one per instance; none for Python
     caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
+    completion: AutoComplete  # what the model file may fill into the config
 
 
 async def _build_version(
@@ -126,6 +134,7 @@ async def _build_version(
     version: int,
     previous: ModelVersion | None,
     peers: Peers,
+    completion: AutoComplete,
 ) -> ModelVersion:
     model_file = path / str(version) / config.default_model_filename
     if not model_file.is_file():
@@ -137,7 +146,9 @@ async def _build_version(
     python = config.backend == PYTHON_BACKEND
     # Planned from the config as written: the first instance opens before auto-complete.
     placements = [] if python else plan_placements(config, cuda_device_count())
-    opening = _Opening(path, version, model_file, placements, model_caller(peers.resolve))
+    opening = _Opening(
+        path, version, model_file, placements, model_caller(peers.resolve), completion
+    )
     if previous is not None:
         if previous.source == source:
             return previous
@@ -158,15 +169,16 @@ async def _new_version(
     instances: list[Instance] = []
     try:
         if python:  # model.py may complete the config; initialize() sees the completed one
-            settings = PythonSettings.from_config(config)
-            config = await asyncio.to_thread(
-                PythonInstance.complete_config, path, version, config, settings
-            )
+            if opening.completion.enabled:
+                settings = PythonSettings.from_config(config)
+                config = await asyncio.to_thread(
+                    PythonInstance.complete_config, path, version, config, settings
+                )
             check_python_io(config)
-            effective = _complete(config, ModelSignature((), ()))
+            effective = _complete(config, ModelSignature((), ()), opening.completion)
         else:
             instances.append(await _open_instance(config, opening, 0))
-            effective = _complete(config, instances[0].signature)
+            effective = _complete(config, instances[0].signature, opening.completion)
             check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
         count = len(placements) if placements else _instance_count(effective)
@@ -260,10 +272,12 @@ def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
     return router.executor(instance)
 
 
-def _complete(config: mc.ModelConfig, signature: ModelSignature) -> mc.ModelConfig:
+def _complete(
+    config: mc.ModelConfig, signature: ModelSignature, completion: AutoComplete
+) -> mc.ModelConfig:
     if config.backend == PYTHON_BACKEND:  # Triton's default: one instance for other backends
-        return autocomplete(config, signature, default_instance_count=1)
-    return autocomplete(config, signature, cuda_device_count=cuda_device_count())
+        return autocomplete(config, signature, completion, default_instance_count=1)
+    return autocomplete(config, signature, completion, cuda_device_count=cuda_device_count())
 
 
 def _preparation(reshape: Reshape | None, strings: bool) -> Prepare | None:
@@ -301,7 +315,7 @@ async def _resize(
     """Add or retire instances in place; the version keeps serving throughout."""
     batcher = target.scheduler
     assert isinstance(batcher, Batcher)  # only versions with instances are resized
-    effective = _complete(config, target.instances[0].signature)
+    effective = _complete(config, target.instances[0].signature, opening.completion)
     placements = opening.placements
     wanted = len(placements) if placements else _instance_count(effective)
     while len(target.instances) < wanted:

@@ -23,6 +23,7 @@ from server.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from server.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
 from server.repository._budget import MemoryBudget, Resident, choose_evictions
 from server.repository._config import read_config
 from server.repository._loader import Peers, build_model, unload_version
@@ -47,8 +48,10 @@ class Repository:
         roots: Sequence[Path],
         load_concurrency: int = 4,
         budget: MemoryBudget | None = None,
+        completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
     ) -> None:
         self._roots = tuple(roots)
+        self._completion = completion  # what model files may fill into configs
         self._load_concurrency = max(load_concurrency, 1)
         self._budget = budget
         self._models: dict[str, ModelEntry] = {}
@@ -166,7 +169,9 @@ class Repository:
             entry = self._models[name] = ModelEntry(name, path)
         if not entry.ready:
             entry.statuses = [VersionStatus(None, ModelState.LOADING)]
-        built = await build_model(name, path, self._peers, override, entry.ready)
+        built = await build_model(
+            name, path, self._peers, override, entry.ready, completion=self._completion
+        )
         if built.failures and entry.ready:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)

@@ -6,6 +6,7 @@ from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
 from server.errors import ConfigError
 from server.repository import (
+    AutoComplete,
     autocomplete,
     check_backend,
     check_signature,
@@ -137,3 +138,20 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
 def test_unsupported_backends_and_devices(text: str, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         check_backend(fill_identity(parse_config(text, "inline"), "m"))
+
+
+def test_disabled_auto_complete_fills_nothing_from_the_file() -> None:
+    config = autocomplete(
+        fill_identity(mc.ModelConfig(), "m"), BATCHING, AutoComplete(enabled=False)
+    )
+    assert not config.input and not config.output and config.max_batch_size == 0
+    assert config.instance_group[0].count == 1  # groups are still normalized
+    with pytest.raises(ConfigError, match="which the config does not declare"):
+        check_signature(config, BATCHING)
+
+
+def test_the_default_max_batch_size_is_a_setting() -> None:
+    settings = AutoComplete(default_max_batch_size=16)
+    config = autocomplete(fill_identity(mc.ModelConfig(), "m"), BATCHING, settings)
+    assert config.max_batch_size == 16
+    assert list(config.dynamic_batching.preferred_batch_size) == [16]
