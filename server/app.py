@@ -18,7 +18,7 @@ from backends import cuda_available
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.cuda_shm import CudaSharedMemoryRegistry
 from server.engine import Engine
-from server.errors import ServerError
+from server.errors import ModelLoadFailedError, ServerError
 from server.grpc import InferenceServicer
 from server.http import HttpFrontEnd
 from server.logs import LogControl
@@ -74,6 +74,8 @@ class App:
         await self.engine.start()
         await self._load_initial_models()
         _log.info("models:\n%s", model_table(self.repository))
+        if self.settings.exit_on_error:
+            await self._exit_on_failed_loads()
         self._health = health_aio.HealthServicer()
         self._server = self._build_grpc_server()
         self.grpc_port = self._server.add_insecure_port(
@@ -153,6 +155,16 @@ class App:
         else:
             self.repository.scan()  # a bad repository (or a duplicate name) fails the start
             await self.repository.load_many(self.settings.load_models)
+
+    async def _exit_on_failed_loads(self) -> None:
+        """--exit-on-error: a model that failed to load at start stops the server, as Triton's
+        default does; what did load is unloaded first."""
+        failed = [f"'{name}': {reason}" for name, reason in self.repository.failures()]
+        if failed:
+            await self.repository.unload_all(timeout_s=1.0)
+            raise ModelLoadFailedError(
+                "--exit-on-error: model(s) failed to load: " + "; ".join(failed)
+            )
 
     async def _poll(self) -> None:
         while True:

@@ -16,7 +16,7 @@ import uvloop
 from server.app import App, convoy_version
 from server.errors import ServerError
 from server.grpc import RESTRICTABLE_GROUPS
-from server.logs import LogControl
+from server.logs import LogControl, LogState
 from server.repository import DEFAULT_MAX_BATCH_SIZE, AutoComplete, auto_limit_bytes
 from server.settings import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -232,6 +232,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="default-max-batch-size=N (auto-complete's, default 4); other keys are ignored",
     )
     serve.add_argument("--log-verbose", type=int, default=0, metavar="N", help="0: info, 1+: debug")
+    for level in ("info", "warning", "error"):
+        serve.add_argument(
+            f"--log-{level}", type=_bool, default=True, metavar="BOOL", help=f"log {level} lines"
+        )
+    serve.add_argument(
+        "--log-format", choices=["default", "ISO8601"], default="default", help="timestamps"
+    )
+    serve.add_argument(
+        "--exit-on-error",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="stop at start when a model fails to load (default false: serve what loads)",
+    )
     return parser
 
 
@@ -248,7 +262,6 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         exit_timeout_s=args.exit_timeout_secs,
         max_message_bytes=args.grpc_max_message_bytes,
         model_load_threads=args.model_load_thread_count,
-        log_verbose=args.log_verbose,
         model_control_mode=ModelControlMode(args.model_control_mode),
         repository_poll_s=args.repository_poll_secs,
         load_models=tuple(args.load_model),
@@ -263,6 +276,14 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         evict_lru=args.model_eviction == "lru",
         lazy_load_timeout_s=args.lazy_load_timeout_secs if args.lazy_load else None,
         auto_complete=_auto_complete(args),
+        exit_on_error=args.exit_on_error,
+        log=LogState(
+            log_info=args.log_info,
+            log_warning=args.log_warning,
+            log_error=args.log_error,
+            log_verbose_level=args.log_verbose,
+            log_format=args.log_format,
+        ),
     )
 
 
@@ -306,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerError as exc:
         print(f"convoy: {exc}", file=sys.stderr)
         return 2
-    logs = LogControl(settings.log_verbose)
+    logs = LogControl(settings.log)
     try:
         uvloop.run(serve(settings, logs))
     except (OSError, ValueError, ServerError) as exc:

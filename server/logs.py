@@ -33,8 +33,8 @@ class LogState:
 class LogControl:
     """Owns the root logger's handler and level."""
 
-    def __init__(self, verbose_level: int) -> None:
-        self.state = LogState(log_verbose_level=verbose_level)
+    def __init__(self, state: LogState) -> None:
+        self.state = state
         self._handler = logging.StreamHandler(sys.stderr)
         root = logging.getLogger()
         for handler in list(root.handlers):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from server.logs import LogState
 from server.repository import AutoComplete
 from server.tracing import TraceSettings
 
@@ -46,7 +47,6 @@ class ServerSettings:
     exit_timeout_s: float = 30.0  # bound on waiting for in-flight requests at shutdown
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # gRPC message and HTTP body limit
     model_load_threads: int = 4  # models loaded in parallel at start
-    log_verbose: int = 0
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     repository_poll_s: float = 15.0  # poll mode: seconds between scans
     load_models: tuple[str, ...] = ()  # explicit mode: loaded at start ("*": every model)
@@ -61,3 +61,5 @@ class ServerSettings:
     evict_lru: bool = False  # make room under the budget by unloading idle models
     lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this
     auto_complete: AutoComplete = field(default_factory=AutoComplete)  # what files may fill in
+    exit_on_error: bool = False  # stop at start when a model fails to load (Triton: true)
+    log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time

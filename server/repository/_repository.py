@@ -330,6 +330,19 @@ class Repository:
             if not entry.unloaded and not entry.evicted
         )
 
+    def failures(self) -> list[tuple[str, str]]:
+        """Every model that failed to load (not one unloaded or evicted on purpose): its name
+        and why."""
+        return [
+            (entry.name, status.reason)
+            for entry in self.entries()
+            for status in entry.statuses
+            if status.state is ModelState.UNAVAILABLE
+            and status.reason
+            and status.reason != UNLOADED
+            and not entry.evicted
+        ]
+
     def entry(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
         if entry is None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -76,3 +80,32 @@ def test_request_events_are_logged_one_line_each_at_verbose_level(
     assert "batch_size=1 instance=simple_1_0" in ok
     (failed,) = [line for line in log.splitlines() if "id=lost" in line]
     assert "status=ModelNotFoundError" in failed
+
+
+def test_log_flags_set_the_starting_log_settings(start_server: StartServer, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
+    server = start_server(repo, "--log-warning", "false", "--log-format", "ISO8601")
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+        settings = client.get_log_settings(as_json=True)["settings"]
+    assert settings["log_warning"]["bool_param"] is False
+    assert settings["log_info"]["bool_param"] is True
+    assert settings["log_format"]["string_param"] == "ISO8601"
+
+
+def test_exit_on_error_stops_the_start_when_a_model_fails_to_load(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
+    models.write_model(repo, "broken", None, 'name: "broken"\nmax_batch_sise: 4\n')
+    command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
+    ports = ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
+    done = subprocess.run(
+        [*command, *ports, "--exit-on-error", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 1
+    assert "--exit-on-error: model(s) failed to load: 'broken'" in done.stderr
+    assert "serving gRPC" not in done.stderr

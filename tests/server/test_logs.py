@@ -6,14 +6,14 @@ from collections.abc import Iterator
 import pytest
 
 from server.errors import InvalidInputError, UnsupportedError
-from server.logs import LogControl
+from server.logs import LogControl, LogState
 
 
 @pytest.fixture
 def control() -> Iterator[LogControl]:
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
-    made = LogControl(verbose_level=0)
+    made = LogControl(LogState())
     yield made
     root.handlers[:] = saved[1]
     root.setLevel(saved[0])
