@@ -4,7 +4,7 @@ after they are split, so batching and clients only ever see the config's dims.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,32 +33,41 @@ class Reshape:
 
     def to_model(self, arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
         """A request's inputs as the model file takes them."""
+        return self._apply(arrays, self.inputs, _input_error)
+
+    def to_config(self, outputs: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+        """A request's outputs in the config's dims."""
+        return self._apply(outputs, self.outputs, _output_error)
+
+    def _apply(
+        self,
+        arrays: Mapping[str, npt.NDArray[Any]],
+        shapes: Mapping[str, tuple[int, ...]],
+        error: Callable[[str, str, list[int], list[int]], Exception],
+    ) -> dict[str, npt.NDArray[Any]]:
         shaped = dict(arrays)
-        for name, shape in self.inputs.items():
+        for name, shape in shapes.items():
             if name in shaped:
                 try:
                     shaped[name] = self._shaped(shaped[name], shape)
                 except ValueError:
-                    raise InvalidInputError(
-                        f"input '{name}' of shape {list(shaped[name].shape)} cannot take the "
-                        f"shape {list(shape)} model '{self.model}' reshapes it to"
-                    ) from None
-        return shaped
-
-    def to_config(self, outputs: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
-        """A request's outputs in the config's dims."""
-        shaped = dict(outputs)
-        for name, dims in self.outputs.items():
-            if name in shaped:
-                try:
-                    shaped[name] = self._shaped(shaped[name], dims)
-                except ValueError:
-                    raise ConfigError(
-                        f"model '{self.model}' produced output '{name}' of shape "
-                        f"{list(shaped[name].shape)}, which does not fit its dims {list(dims)}"
-                    ) from None
+                    raise error(self.model, name, list(shaped[name].shape), list(shape)) from None
         return shaped
 
     def _shaped(self, array: npt.NDArray[Any], shape: tuple[int, ...]) -> npt.NDArray[Any]:
         full = (array.shape[0], *shape) if self.batching else shape
         return array.reshape(full)
+
+
+def _input_error(model: str, name: str, have: list[int], shape: list[int]) -> Exception:
+    return InvalidInputError(
+        f"input '{name}' of shape {have} cannot take the shape {shape} model '{model}' "
+        "reshapes it to"
+    )
+
+
+def _output_error(model: str, name: str, have: list[int], dims: list[int]) -> Exception:
+    return ConfigError(
+        f"model '{model}' produced output '{name}' of shape {have}, which does not fit its "
+        f"dims {dims}"
+    )

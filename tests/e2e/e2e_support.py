@@ -68,6 +68,23 @@ NO_BATCH_DIMS = (2, 4)
 VERSIONS_ALL_MODEL = "versions_all"  # version_policy: { all {} }, dirs 1, 2 and "notes"
 VERSIONS_LATEST_MODEL = "versions_latest"  # default policy (latest 1), dirs 1, 2 and "notes"
 
+# A Python model answering X as Y and its request's parameters (JSON) as PARAMETERS.
+ECHO_PARAMETERS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy()),
+                pb_utils.Tensor("PARAMETERS", np.array([[r.parameters()]], dtype=object)),
+            ])
+            for r in requests
+        ]
+"""
+
 # Broken models and a piece of the reason RepositoryIndex must give for each.
 BROKEN_MODELS: dict[str, str] = {
     "broken_typo": "config.pbtxt: line 3",

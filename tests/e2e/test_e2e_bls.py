@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, infer_input
+from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -73,7 +73,7 @@ class TritonPythonModel:
 """
 
 
-# Calls `echo` (which answers its request parameters) with parameters of its own.
+# Calls `echo` (ECHO_PARAMETERS_MODEL) with parameters of its own.
 ASK = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -86,30 +86,15 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "X")
             answer = pb_utils.InferenceRequest(
                 model_name="echo",
-                requested_output_names=["NOTE"],
+                requested_output_names=["PARAMETERS"],
                 inputs=[x],
                 parameters={"asked_by": "ask", "depth": 1},
             ).exec()
-            note = pb_utils.get_output_tensor_by_name(answer, "NOTE")
+            shown = pb_utils.get_output_tensor_by_name(answer, "PARAMETERS").as_numpy()
+            note = pb_utils.Tensor("NOTE", shown)
             y = pb_utils.Tensor("Y", x.as_numpy())
             responses.append(pb_utils.InferenceResponse(output_tensors=[y, note]))
         return responses
-"""
-
-ECHO = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy()),
-                pb_utils.Tensor("NOTE", np.array([[r.parameters()]], dtype=object)),
-            ])
-            for r in requests
-        ]
 """
 
 
@@ -121,14 +106,12 @@ def _repository(tmp_path: Path) -> Path:
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 16 ] },'
         ' { name: "NOTE" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
     )
-    for name, source in (
-        ("pipeline", PIPELINE),
-        ("wrong_input", WRONG_INPUT),
-        ("ask", ASK),
-        ("echo", ECHO),
-    ):
+    for name, source in (("pipeline", PIPELINE), ("wrong_input", WRONG_INPUT), ("ask", ASK)):
         config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n{io}'
         models.write_python_model(repo, name, source, config)
+    echo_io = io.replace('"NOTE"', '"PARAMETERS"')
+    echo = f'name: "echo"\nbackend: "python"\nmax_batch_size: 4\n{echo_io}'
+    models.write_python_model(repo, "echo", ECHO_PARAMETERS_MODEL, echo)
     return repo
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from e2e_support import StartServer, infer_input
+from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -302,25 +302,6 @@ def test_auto_complete_config_supplies_what_the_config_leaves_out(
         assert "declares its inputs and outputs" in index["bare"]["reason"]
 
 
-ECHO_PARAMETERS = """
-import json
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy()),
-                pb_utils.Tensor("PARAMETERS", np.array([[r.parameters()]], dtype=object)),
-            ])
-            for r in requests
-        ]
-"""
-
-
 def test_request_parameters_reach_a_python_model_without_the_reserved_ones(
     tmp_path: Path, start_server: StartServer
 ) -> None:
@@ -328,7 +309,7 @@ def test_request_parameters_reach_a_python_model_without_the_reserved_ones(
     models.write_python_model(
         repo,
         "echo",
-        ECHO_PARAMETERS,
+        ECHO_PARAMETERS_MODEL,
         'name: "echo"\nbackend: "python"\nmax_batch_size: 4\n'
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] },'
