@@ -14,6 +14,7 @@ from batching.errors import (
 )
 from batching.inflight import InFlight
 from batching.messages import (
+    NO_PARAMETERS,
     ExecutionRecord,
     Executor,
     Outcome,
@@ -32,6 +33,7 @@ from batching.policy import (
 from batching.queue import Queued, RequestQueue
 
 __all__ = [
+    "NO_PARAMETERS",
     "BatchPolicy",
     "Batcher",
     "BatcherClosedError",

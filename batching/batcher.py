@@ -12,12 +12,18 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from types import MappingProxyType
 from typing import Any
 
 from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
 from batching.inflight import InFlight
-from batching.messages import ExecutionRecord, Executor, Parameters, RequestResult, TensorMap
+from batching.messages import (
+    NO_PARAMETERS,
+    ExecutionRecord,
+    Executor,
+    Parameters,
+    RequestResult,
+    TensorMap,
+)
 from batching.policy import BatchPolicy, Candidate, Decision, next_batch
 from batching.queue import Queued, RequestQueue
 
@@ -26,7 +32,6 @@ _log = logging.getLogger(__name__)
 Observer = Callable[[ExecutionRecord], None]
 
 _WAIT_GAIN_TTL_NS = 1_000_000_000  # how long a measured wait gain is trusted
-_NO_PARAMETERS: Parameters = MappingProxyType({})
 
 
 class Batcher:
@@ -105,7 +110,7 @@ class Batcher:
         batch_size: int,
         priority: int = 0,
         timeout_ns: int = 0,
-        parameters: Parameters = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> RequestResult:
         """Queue one request and wait for its result; cancelling the caller dequeues it.
 

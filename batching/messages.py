@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy.typing as npt
@@ -11,6 +12,7 @@ import numpy.typing as npt
 TensorMap = Mapping[str, npt.NDArray[Any]]
 # A request's parameters that reach the model (Triton's reserved ones already taken out).
 Parameters = Mapping[str, bool | int | float | str]
+NO_PARAMETERS: Parameters = MappingProxyType({})
 
 
 class Outcome(Protocol):

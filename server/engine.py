@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from server.errors import (
     ServerStoppingError,
     UnsupportedError,
 )
-from server.inference import InferInput, InferOptions, TensorSpec, check_request
+from server.inference import InferRequest, TensorSpec, check_request
 from server.repository import ModelVersion, Repository
 from server.scheduling import submit
 from server.tracing import RequestTracer, TracedRequest
@@ -87,34 +87,25 @@ class Engine:
         """Wait (bounded) for the requests in flight; True if all finished."""
         return await self._in_flight.wait_idle(timeout_s)
 
-    async def infer(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[InferInput],
-        outputs: Sequence[str],
-        options: InferOptions,
-        request_id: str = "",
-        carrier: Mapping[str, str] | None = None,
-    ) -> InferResponse:
-        """Serve one request; `carrier` holds its trace headers when tracing is on."""
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Serve one request; its `carrier` holds its trace headers when tracing is on."""
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
-        traced = self._tracer is not None and self._tracer.wants(carrier)
+        traced = self._tracer is not None and self._tracer.wants(request.carrier)
         if not traced and not _log.isEnabledFor(logging.DEBUG):
-            target, result = await self._run(model, version, inputs, outputs, options)
-            return _response(target, result.outputs, outputs)
+            target, result = await self._run(request)
+            return _response(target, result.outputs, request.outputs)
         wall_offset_ns = time.time_ns() - time.monotonic_ns()
         arrived_ns = time.monotonic_ns()
         try:
-            target, result = await self._run(model, version, inputs, outputs, options)
+            target, result = await self._run(request)
         except BaseException as exc:  # logged and traced, then raised as it is
             done_ns = time.monotonic_ns()
             _log.debug(
                 "request model=%s version=%s id=%s status=%s duration_us=%d error=%r",
-                model,
-                version or "-",
-                request_id,
+                request.model,
+                request.version or "-",
+                request.request_id,
                 type(exc).__name__,
                 (done_ns - arrived_ns) // 1000,
                 str(exc),
@@ -122,14 +113,14 @@ class Engine:
             if traced and self._tracer is not None:
                 self._tracer.record(
                     TracedRequest(
-                        model,
+                        request.model,
                         0,
-                        request_id,
+                        request.request_id,
                         arrived_ns + wall_offset_ns,
                         done_ns + wall_offset_ns,
                         error=str(exc),
                     ),
-                    carrier,
+                    request.carrier,
                 )
             raise
         done_ns = time.monotonic_ns()
@@ -137,9 +128,9 @@ class Engine:
         _log.debug(
             "request model=%s version=%d id=%s status=OK duration_us=%d queue_us=%d "
             "compute_us=%d batch_size=%d instance=%s",
-            model,
+            request.model,
             target.version,
-            request_id,
+            request.request_id,
             (done_ns - arrived_ns) // 1000,
             result.queue_ns // 1000,
             compute_ns // 1000,
@@ -150,59 +141,43 @@ class Engine:
             span_ns = (arrived_ns + wall_offset_ns, done_ns + wall_offset_ns)
             self._tracer.record(
                 _traced(
-                    model,
+                    request.model,
                     target.version,
-                    request_id,
+                    request.request_id,
                     result,
                     span_ns=span_ns,
                     wall_offset_ns=wall_offset_ns,
                 ),
-                carrier,
+                request.carrier,
             )
-        return _response(target, result.outputs, outputs)
+        return _response(target, result.outputs, request.outputs)
 
-    async def _run(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[InferInput],
-        outputs: Sequence[str],
-        options: InferOptions,
-    ) -> tuple[ModelVersion, RequestResult]:
-        target = await self._target(model, version)
+    async def _run(self, request: InferRequest) -> tuple[ModelVersion, RequestResult]:
+        target = await self._target(request.model, request.version)
         if target.router is not None:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
-        arrays, batch_size = check_request(target.io, inputs, outputs)
+        arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         with self._in_flight.counted():
-            result = await submit(target, arrays, batch_size, options)
+            result = await submit(target, arrays, batch_size, request.options)
         return target, result
 
     async def infer_stream(
-        self,
-        model: str,
-        version: str,
-        inputs: Sequence[InferInput],
-        outputs: Sequence[str],
-        options: InferOptions,
-        request_id: str = "",
-        carrier: Mapping[str, str] | None = None,
+        self, request: InferRequest
     ) -> AsyncIterator[tuple[InferResponse | BackendError | None, bool]]:
         """Serve one request of a stream: each response (None: a final flag alone) with whether
         it is the last; a decoupled model may send any number, any other model exactly one."""
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
-        target = await self._target(model, version)
+        target = await self._target(request.model, request.version)
         if target.router is None:
-            response = await self.infer(
-                model, version, inputs, outputs, options, request_id, carrier
-            )
-            yield response, True
+            yield await self.infer(request), True
             return
-        arrays, batch_size = check_request(target.io, inputs, outputs)
+        arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         with self._in_flight.counted():
-            async for item in target.router.stream(target, arrays, batch_size, options):
+            stream = target.router.stream(target, arrays, batch_size, request.options)
+            async for item in stream:
                 if item.error is not None:
                     yield item.error, item.final
                 elif item.outputs is None:
@@ -211,7 +186,7 @@ class Engine:
                     produced = item.outputs
                     if target.reshape is not None:
                         produced = target.reshape.to_config(produced)
-                    yield _response(target, produced, outputs), item.final
+                    yield _response(target, produced, request.outputs), item.final
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

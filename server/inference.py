@@ -8,9 +8,12 @@ from typing import Any
 
 import numpy.typing as npt
 
+from batching import Parameters
 from proto import model_config_pb2 as mc
 from server.datatypes import BY_CONFIG, DataType
 from server.errors import InvalidInputError
+
+ParameterValue = bool | int | float | str  # one request parameter's value
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,7 @@ class InferOptions:
 
     priority: int = 0  # 0: the model's default priority level; 1 is the highest
     timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
-    parameters: Mapping[str, bool | int | float | str] = field(default_factory=dict)
+    parameters: Parameters = field(default_factory=dict)
 
 
 # Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.
@@ -70,10 +73,10 @@ RESERVED_PARAMETERS = frozenset(
 )
 
 
-def model_parameters(items: Iterable[tuple[str, object]]) -> dict[str, bool | int | float | str]:
+def model_parameters(items: Iterable[tuple[str, object]]) -> dict[str, ParameterValue]:
     """The request parameters that reach the model: all but the reserved ones, each a boolean,
     number or string."""
-    chosen: dict[str, bool | int | float | str] = {}
+    chosen: dict[str, ParameterValue] = {}
     for key, value in items:
         if key in RESERVED_PARAMETERS or key.startswith("triton_"):
             continue
@@ -84,6 +87,19 @@ def model_parameters(items: Iterable[tuple[str, object]]) -> dict[str, bool | in
             )
         chosen[key] = value
     return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    """One request as a front end decoded it, whatever the wire protocol."""
+
+    model: str
+    version: str  # "" serves the newest ready version
+    inputs: Sequence[InferInput]
+    outputs: Sequence[str]  # the outputs asked for; empty: all of them
+    options: InferOptions
+    request_id: str = ""
+    carrier: Mapping[str, str] | None = None  # trace headers, when tracing is on
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,20 @@ from server.inference import ModelIO, TensorSpec
 from server.repository import ModelState, ModelVersion, Repository, VersionStatus
 from server.stats import Duration, ModelStats
 
+# The protocol extensions both front ends implement (server metadata advertises them; each front
+# end adds its own: HTTP's binary tensor data, gRPC's CUDA shared memory where a GPU serves it).
+EXTENSIONS = (
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "parameters",
+    "statistics",
+    "system_shared_memory",
+    "trace",
+    "logging",
+)
+
 
 def model_metadata(target: ModelVersion, ready_versions: Iterable[int]) -> pb.ModelMetadataResponse:
     """Name, ready versions, platform and tensors (batching models show a -1 batch dim)."""

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backends import BackendError, ModelCaller, on_host
-from batching import QueueFullError, RequestResult, RequestTimeoutError
+from batching import Parameters, QueueFullError, RequestResult, RequestTimeoutError
 from server.datatypes import wire_of
 from server.inference import InferInput, InferOptions, check_request, model_parameters
 
@@ -42,7 +42,7 @@ class Scheduler(Protocol):
         batch_size: int,
         priority: int = 0,
         timeout_ns: int = 0,
-        parameters: Mapping[str, bool | int | float | str] = ...,
+        parameters: Parameters = ...,
     ) -> RequestResult: ...
 
     async def stop(self, timeout_s: float) -> None:

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
-from batching import BatcherClosedError, ExecutionRecord, InFlight, RequestResult
+from batching import (
+    NO_PARAMETERS,
+    BatcherClosedError,
+    ExecutionRecord,
+    InFlight,
+    Parameters,
+    RequestResult,
+)
 from server.ensemble._plan import EnsemblePlan, Step
 from server.inference import InferOptions
 from server.scheduling import infer_on
@@ -38,8 +44,6 @@ class EnsembleResult(RequestResult):
 
     steps: tuple[StepRun, ...] = ()
 
-
-_NO_PARAMETERS: Mapping[str, bool | int | float | str] = MappingProxyType({})
 
 Resolve = Callable[[str, str], "ModelVersion"]  # (model, version "" = newest) -> ready version
 Observer = Callable[[ExecutionRecord], None]
@@ -80,7 +84,7 @@ class EnsembleScheduler:
         batch_size: int,
         priority: int = 0,
         timeout_ns: int = 0,
-        parameters: Mapping[str, bool | int | float | str] = _NO_PARAMETERS,
+        parameters: Parameters = NO_PARAMETERS,
     ) -> RequestResult:
         if self._closed:
             raise BatcherClosedError(

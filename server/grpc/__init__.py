@@ -1,11 +1,10 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
-from server.grpc.servicer import EXTENSIONS, RESTRICTABLE_GROUPS, InferenceServicer
+from server.grpc.servicer import RESTRICTABLE_GROUPS, InferenceServicer
 from server.grpc.status import ERROR_BASES, STATUS_CODES, status_for
 
 __all__ = [
     "ERROR_BASES",
-    "EXTENSIONS",
     "RESTRICTABLE_GROUPS",
     "STATUS_CODES",
     "InferenceServicer",

@@ -31,8 +31,10 @@ from server.grpc.codec import (
     requested_outputs,
 )
 from server.grpc.status import status_for
+from server.inference import InferRequest
 from server.logs import LogControl
 from server.messages import (
+    EXTENSIONS,
     index_entries,
     load_parameters,
     model_metadata,
@@ -45,18 +47,6 @@ from server.tracing import TRACE_HEADERS, TraceSettings
 
 _log = logging.getLogger(__name__)
 
-# What ServerMetadata advertises: only extensions Convoy really implements.
-EXTENSIONS = (
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "parameters",
-    "statistics",
-    "system_shared_memory",
-    "trace",
-    "logging",
-)
 
 _NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 
@@ -254,11 +244,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        return await self._infer(request, context)
-
-    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         locations = output_locations(request, self._shm, self._cuda_shm)
-        response = await self._engine.infer(
+        response = await self._engine.infer(self._decoded(request, context))
+        return encode_response(response, request.id, locations, self._shm, self._cuda_shm)
+
+    def _decoded(self, request: pb.ModelInferRequest, context: Any) -> InferRequest:
+        """The engine's request: tensors decoded (shared memory read), parameters parsed."""
+        return InferRequest(
             request.model_name,
             request.model_version,
             decode_inputs(request, self._shm, self._cuda_shm),
@@ -267,7 +259,6 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             request.id,
             _trace_headers(context) if self._engine.tracing else None,
         )
-        return encode_response(response, request.id, locations, self._shm, self._cuda_shm)
 
     async def _stream_one(
         self, request: pb.ModelInferRequest, context: Any
@@ -276,15 +267,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         becomes an empty response only if the request enables it, as Triton's."""
         locations = output_locations(request, self._shm, self._cuda_shm)
         empty_final = request.parameters.get("triton_enable_empty_final_response")
-        async for response, final in self._engine.infer_stream(
-            request.model_name,
-            request.model_version,
-            decode_inputs(request, self._shm, self._cuda_shm),
-            requested_outputs(request),
-            infer_options(request),
-            request.id,
-            _trace_headers(context) if self._engine.tracing else None,
-        ):
+        async for response, final in self._engine.infer_stream(self._decoded(request, context)):
             if isinstance(response, BackendError):
                 yield response, final
             elif response is not None:

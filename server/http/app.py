@@ -36,8 +36,10 @@ from server.http.codec import (
 )
 from server.http.generate import GenerateRoutes
 from server.http.status import http_status_for
+from server.inference import InferRequest
 from server.logs import LogControl
 from server.messages import (
+    EXTENSIONS,
     index_entries,
     load_parameters,
     model_metadata,
@@ -51,18 +53,7 @@ from server.tracing import TraceSettings
 _log = logging.getLogger(__name__)
 
 # What GET /v2 advertises: the extensions this front end implements.
-HTTP_EXTENSIONS = (
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "parameters",
-    "statistics",
-    "binary_tensor_data",
-    "system_shared_memory",
-    "trace",
-    "logging",
-)
+HTTP_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -252,13 +243,15 @@ class HttpFrontEnd:
         outputs, binary_outputs = requested_outputs(body)
         locations = output_locations(body)
         response = await self._engine.infer(
-            name,
-            version,
-            decode_inputs(body, binary, name, self._shm),
-            outputs,
-            infer_options(body),
-            request_id,
-            trace_carrier(request.headers) if self._engine.tracing else None,
+            InferRequest(
+                name,
+                version,
+                decode_inputs(body, binary, name, self._shm),
+                outputs,
+                infer_options(body),
+                request_id,
+                trace_carrier(request.headers) if self._engine.tracing else None,
+            )
         )
         data, header_length = encode_response(
             response, request_id, binary_outputs, locations, self._shm

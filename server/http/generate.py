@@ -15,7 +15,14 @@ from server.engine import Engine, InferResponse
 from server.errors import InvalidInputError, ModelNotReadyError, ServerError
 from server.http.codec import JsonObject, decode_json_data, json_data, parse_json, trace_carrier
 from server.http.status import http_status_for
-from server.inference import InferInput, InferOptions, ModelIO, model_parameters
+from server.inference import (
+    InferInput,
+    InferOptions,
+    InferRequest,
+    ModelIO,
+    ParameterValue,
+    model_parameters,
+)
 
 # Keys of a generate answer that are not outputs (Triton's "reserved" names).
 RESERVED = ("id", "model_name", "model_version")
@@ -24,7 +31,7 @@ _PARAMETER_TYPES = (str, int, float, bool)
 
 def generate_inputs(
     body: JsonObject, io: ModelIO
-) -> tuple[list[InferInput], str, dict[str, bool | int | float | str]]:
+) -> tuple[list[InferInput], str, dict[str, ParameterValue]]:
     """The input tensors a generate request names, its request id and its parameters.
 
     A key naming a model input becomes that tensor, shaped from the model's metadata shape: its
@@ -132,29 +139,26 @@ class GenerateRoutes:
                 raise
             return ModelIO.from_config(config)
 
-    async def _request(
-        self, request: web.Request
-    ) -> tuple[str, str, list[InferInput], str, InferOptions]:
+    async def _request(self, request: web.Request) -> InferRequest:
         name, version = request.match_info["model"], request.match_info.get("version", "")
         body = parse_json(await request.read())
         inputs, request_id, parameters = generate_inputs(body, self._io(name, version))
-        return name, version, inputs, request_id, InferOptions(parameters=parameters)
+        carrier = trace_carrier(request.headers) if self._engine.tracing else None
+        options = InferOptions(parameters=parameters)
+        return InferRequest(name, version, inputs, [], options, request_id, carrier)
 
     async def generate(self, request: web.Request) -> web.Response:
-        name, version, inputs, request_id, options = await self._request(request)
-        carrier = trace_carrier(request.headers) if self._engine.tracing else None
-        response = await self._engine.infer(name, version, inputs, [], options, request_id, carrier)
-        return web.json_response(generate_answer(response, request_id))
+        decoded = await self._request(request)
+        response = await self._engine.infer(decoded)
+        return web.json_response(generate_answer(response, decoded.request_id))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """One event per response: a decoupled model's every response, any other model's one.
         A request the model failed is answered as an error event with the error's status
         (Triton's way); one refused before it ran, as a JSON error."""
-        name, version, inputs, request_id, options = await self._request(request)
-        carrier = trace_carrier(request.headers) if self._engine.tracing else None
-        responses = self._engine.infer_stream(
-            name, version, inputs, [], options, request_id, carrier
-        ).__aiter__()
+        decoded = await self._request(request)
+        request_id = decoded.request_id
+        responses = self._engine.infer_stream(decoded).__aiter__()
         try:
             first: tuple[InferResponse | BackendError | None, bool] | None = await anext(responses)
             status = 200
