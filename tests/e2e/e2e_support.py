@@ -233,6 +233,27 @@ def ensemble_config(name: str, dtype: str, dims: int, steps: list[tuple[str, str
     )
 
 
+def serve_command(repository: Path, *flags: str) -> list[str]:
+    """`python -m server serve` on 127.0.0.1 with free ports (run from REPO_ROOT)."""
+    return [
+        sys.executable,
+        "-m",
+        "server",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--http-port",
+        "0",
+        *flags,
+    ]
+
+
 class ConvoyServer:
     """One `python -m server serve` process on free ports, its stderr in a log file."""
 
@@ -254,23 +275,7 @@ class ConvoyServer:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ConvoyServer:
         """Start the process and wait for its serving line; fail with the log otherwise."""
-        command = [
-            sys.executable,
-            "-m",
-            "server",
-            "serve",
-            "--model-repository",
-            str(self.repository),
-            "--host",
-            "127.0.0.1",
-            "--grpc-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--http-port",
-            "0",
-            *self.flags,
-        ]
+        command = serve_command(self.repository, *self.flags)
         with self.log_path.open("wb") as log_file:
             self.process = subprocess.Popen(
                 command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log_file

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +24,14 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import REPO_ROOT, ConvoyServer, StartServer, simple_inputs, swapped_simple
+from e2e_support import (
+    REPO_ROOT,
+    ConvoyServer,
+    StartServer,
+    serve_command,
+    simple_inputs,
+    swapped_simple,
+)
 from google.protobuf import json_format, text_format
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2
@@ -717,26 +723,15 @@ def test_a_model_name_in_two_repositories_fails_the_start(tmp_path: Path, mode: 
     write_simple(first, "simple")
     write_simple(first, "only_first")
     write_simple(second, "simple", swapped=True)
-    command = [
-        sys.executable,
-        "-m",
-        "server",
-        "serve",
-        "--model-repository",
-        str(first),
+    command = serve_command(
+        first,
         "--model-repository",
         str(second),
         "--model-control-mode",
         mode,
         "--load-model",
         "only_first",
-        "--host",
-        "127.0.0.1",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
-    ]
+    )
     started = time.monotonic()
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False)
     log = done.stderr.decode("utf-8", errors="replace")

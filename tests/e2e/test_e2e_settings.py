@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, simple_inputs
+from e2e_support import REPO_ROOT, StartServer, serve_command, simple_inputs
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -97,10 +94,8 @@ def test_exit_on_error_stops_the_start_when_a_model_fails_to_load(tmp_path: Path
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
     models.write_model(repo, "broken", None, 'name: "broken"\nmax_batch_sise: 4\n')
-    command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
-    ports = ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
     done = subprocess.run(
-        [*command, *ports, "--exit-on-error", "true"],
+        serve_command(repo, "--exit-on-error", "true"),
         capture_output=True,
         text=True,
         timeout=60,
