@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from backends.device import Device
 from backends.errors import BackendError
 
 # Tensor name -> array. BYTES tensors are object arrays of `bytes`; BF16 travels as uint16 bits.
@@ -60,8 +61,16 @@ class Instance(Protocol):
         """The inputs and outputs the model file declares."""
         ...
 
+    @property
+    def device(self) -> Device:
+        """Where it computes: the CPU, or the CUDA device its session runs on."""
+        ...
+
     async def execute(
-        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
     ) -> ExecutionResult:
         """Run one batch on this instance's worker; never blocks the event loop.
 
@@ -69,7 +78,10 @@ class Instance(Protocol):
         when the model batches; the instance assembles them (where depends on the device).
         Raising fails the whole batch; an error in `responses` fails only its request.
         `parameters` are the requests' own, in order (empty: none had any); backends that take
-        no parameters ignore them.
+        no parameters ignore them. Requests' tensors may be device arrays (CUDA shared memory,
+        an ensemble's intermediates); an instance on the CPU reads them on the host. With
+        `device_outputs` (the consumer reads on a device) an instance on a CUDA device answers
+        with device arrays; otherwise outputs are host arrays.
         """
         ...
 

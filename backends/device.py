@@ -4,9 +4,11 @@ staging buffers that batches are assembled in."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import importlib
+import io
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -60,8 +62,12 @@ class Device:
 
 
 def cuda_device_count() -> int:
-    """CUDA devices Convoy can use: 0 unless ONNX Runtime has the CUDA provider, CuPy imports and
-    a driver answers. Never raises (a CPU install, a missing driver, a broken CuPy all mean 0)."""
+    """CUDA devices Convoy can use: 0 unless ONNX Runtime is the GPU build, CuPy imports and a
+    driver answers. Never raises (a CPU install, a missing driver, a broken CuPy all mean 0).
+
+    The GPU build lists CUDAExecutionProvider even without a driver or CUDA libraries, so the
+    device count comes from CuPy; whether a session really lands on CUDA is checked per session.
+    """
     try:
         if CUDA_PROVIDER not in ort.get_available_providers():
             return 0
@@ -91,10 +97,16 @@ def preload_cuda_libraries() -> None:
     preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
     if preload is None:
         return
+    # It reports a library it cannot load on stdout and goes on: that goes to the log instead.
+    printed = io.StringIO()
     try:
-        preload()
-    except OSError as exc:  # the session then reports what it cannot load
+        with contextlib.redirect_stdout(printed):
+            preload()
+    except Exception as exc:  # the session then reports what it cannot load
         _log.warning("onnxruntime.preload_dlls() failed: %s", exc)
+    for line in printed.getvalue().splitlines():
+        if line.strip():
+            _log.warning("onnxruntime.preload_dlls(): %s", line.strip())
 
 
 def device_memory(device_id: int) -> tuple[int, int]:

@@ -111,11 +111,13 @@ class Batcher:
         priority: int = 0,
         timeout_ns: int = 0,
         parameters: Parameters = NO_PARAMETERS,
+        device_outputs: bool = False,
     ) -> RequestResult:
         """Queue one request and wait for its result; cancelling the caller dequeues it.
 
         `priority` and `timeout_ns` are the request's scheduling parameters (0: the model's
-        defaults); `parameters` go with it to the executor.
+        defaults); `parameters` go with it to the executor. `device_outputs`: the caller reads
+        the outputs on a device; a batch gets device outputs when all its requests want them.
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
@@ -129,6 +131,7 @@ class Batcher:
             level=level,
             deadline_ns=queue_policy.deadline_ns(now_ns, timeout_ns),
             future=asyncio.get_running_loop().create_future(),
+            device_outputs=device_outputs,
         )
         self._queue.push(request)  # raises QueueFullError at once when the level is full
         self._wake.set()
@@ -227,12 +230,13 @@ class Batcher:
         record: ExecutionRecord | None = None
         try:
             try:
-                requests = [request.inputs for request in batch]
-                if any(request.parameters for request in batch):
-                    parameters = [request.parameters for request in batch]
-                    outcome = await executor.execute(requests, parameters)
-                else:
-                    outcome = await executor.execute(requests)
+                outcome = await executor.execute(
+                    [request.inputs for request in batch],
+                    [request.parameters for request in batch]
+                    if any(request.parameters for request in batch)
+                    else (),
+                    all(request.device_outputs for request in batch),
+                )
                 if len(outcome.responses) != len(batch):
                     raise ExecutorContractError(
                         f"instance '{executor.name}' answered {len(outcome.responses)} of "

@@ -38,10 +38,15 @@ class Executor(Protocol):
     def name(self) -> str: ...
 
     async def execute(
-        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
     ) -> Outcome:
         """Run the batch's requests (in order); assembling them is the executor's business.
-        `parameters` are the requests' own, in the same order (empty: none had any)."""
+        `parameters` are the requests' own, in the same order (empty: none had any).
+        `device_outputs`: every request's consumer reads on a device, so an executor that
+        computes on one may answer with device arrays (the others ignore it)."""
         ...
 
 

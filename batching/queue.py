@@ -29,6 +29,7 @@ class Queued:
     future: Any  # the caller's asyncio.Future, resolved by the batcher
     active: bool = True  # False once taken, discarded or rejected
     delayed: bool = False  # timed out under DELAY: served after its level's other requests
+    device_outputs: bool = False  # its consumer reads on a device (an ensemble's next step)
 
 
 @dataclass(slots=True)

@@ -43,8 +43,12 @@ step "venv (${VENV})"
 [[ -x "${VENV}/bin/python" ]] || "${PY}" -m venv --system-site-packages "${VENV}"
 VPY="${VENV}/bin/python"
 "${PY}" scripts/gpu_wheels.py requirements >"${RESULTS}/requirements.txt"
-"${VPY}" -m pip install --quiet --disable-pip-version-check --no-index \
-    --find-links "${WHEELS}/dist" -r "${RESULTS}/requirements.txt"
+if ! "${VPY}" -m pip install --quiet --disable-pip-version-check --no-index \
+    --find-links "${WHEELS}/dist" -r "${RESULTS}/requirements.txt"; then
+    echo "a wheel is missing: if pip names an nvidia-* CUDA or cuDNN wheel, this machine lacks" \
+        "it; download again with --have cupy-* numpy torch triton" >&2
+    exit 1
+fi
 # onnxruntime.preload_dlls() looks for the pip CUDA libraries (nvidia/cu13/lib, nvidia/cudnn/lib)
 # only beside onnxruntime, in the venv; the machine's are in the system site-packages.
 NVIDIA_LIBS="$("${PY}" - <<'EOF'
@@ -103,7 +107,7 @@ tests_rc=0
 "${VPY}" -m pytest -q -rs -p no:cacheprovider \
     tests/backends/test_device.py tests/backends/test_gpu_placement.py \
     tests/backends/test_gpu_instance.py tests/backends/test_ort_instance.py \
-    tests/server/test_cuda_shm.py 2>&1 | tee "${RESULTS}/pytest.log" || tests_rc=$?
+    tests/server/test_cuda_shm.py tests/e2e/test_e2e_ensemble.py 2>&1 | tee "${RESULTS}/pytest.log" || tests_rc=$?
 
 step "example models served, GPU metrics"
 "${VPY}" scripts/gen_models.py tools/gpu-models --skip-existing >/dev/null

@@ -23,6 +23,7 @@ from server.grpc import InferenceServicer
 from server.http import HttpFrontEnd
 from server.logs import LogControl
 from server.metrics import MetricsOptions, MetricsServer, StatsCollector
+from server.regions import SharedMemory
 from server.repository import MemoryBudget, Repository
 from server.settings import ModelControlMode, ServerSettings
 from server.shm import SharedMemoryRegistry
@@ -62,9 +63,11 @@ class App:
         self.engine = Engine(
             self.repository, settings.strict_readiness, settings.lazy_load_timeout_s, self.tracer
         )
-        self.shared_memory = SharedMemoryRegistry()
-        # Without a usable GPU the CUDA shared memory RPCs answer UNIMPLEMENTED, as before.
-        self.cuda_shared_memory = CudaSharedMemoryRegistry() if cuda_available() else None
+        # One set of regions for both front ends. Without a usable GPU, CUDA shared memory is
+        # refused (UNIMPLEMENTED over gRPC, 501 over HTTP).
+        self.shared_memory = SharedMemory(
+            SharedMemoryRegistry(), CudaSharedMemoryRegistry() if cuda_available() else None
+        )
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
         self.http_port = settings.http_port
@@ -90,11 +93,10 @@ class App:
                 convoy_version(),
                 self.settings.model_control_mode is ModelControlMode.EXPLICIT,
                 self.settings.max_message_bytes,
-                shm=self.shared_memory,
+                shared_memory=self.shared_memory,
                 logs=self._logs,
                 trace=self.settings.trace,
                 restricted=self.settings.http_restricted,
-                cuda_shm=self.cuda_shared_memory,
             )
             self.http_port = await self._http.start(self.settings.host, self.settings.http_port)
         self._metrics_server: MetricsServer | None = None
@@ -139,9 +141,7 @@ class App:
             await self._http.stop()
         await self._server.stop(grace=1.0)
         await self.repository.unload_all(timeout_s=1.0)
-        self.shared_memory.unregister()
-        if self.cuda_shared_memory is not None:
-            self.cuda_shared_memory.unregister()
+        self.shared_memory.close()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.tracer is not None:
@@ -190,8 +190,7 @@ class App:
             self.settings.restricted,
             self.settings.trace,
             self._logs,
-            self.shared_memory,
-            cuda_shm=self.cuda_shared_memory,
+            shared_memory=self.shared_memory,
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server

@@ -146,6 +146,9 @@ class CudaSharedMemoryRegistry:
             else:
                 address, kind = source.ctypes.data, runtime.memcpyHostToDevice
             runtime.memcpy(region.address + offset, address, source.nbytes, kind)
+            # cudaMemcpy may return before a device-to-device or pageable copy has landed; the
+            # client reads the region as soon as the answer arrives.
+            runtime.streamSynchronize(0)
 
     def _region(self, name: str) -> CudaRegion:
         region = self._regions.get(name)

@@ -94,8 +94,12 @@ class DecoupledExecutor:
         return self._instance.name
 
     async def execute(
-        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
     ) -> ExecutionResult:
+        # Responses go to their streams in host memory, whatever `device_outputs` says.
         sinks = self._router.sinks(requests)
 
         def send(index: int, response: Response | None, final: bool) -> None:

@@ -52,11 +52,13 @@ def _spec(tensor: mc.ModelInput | mc.ModelOutput, optional: bool) -> TensorSpec:
 @dataclass(frozen=True, slots=True)
 class InferOptions:
     """A request's parameters: the two the scheduler reads (Triton's reserved `priority` and
-    `timeout`) and the others, which go to the model (a Python model's `request.parameters()`)."""
+    `timeout`) and the others, which go to the model (a Python model's `request.parameters()`);
+    for a request built in the server, whether its outputs may stay in device memory."""
 
     priority: int = 0  # 0: the model's default priority level; 1 is the highest
     timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
     parameters: Parameters = field(default_factory=dict)
+    device_outputs: bool = False  # an ensemble step whose consumers all compute on a device
 
 
 # Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.

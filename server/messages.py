@@ -14,8 +14,8 @@ from server.inference import ModelIO, TensorSpec
 from server.repository import ModelState, ModelVersion, Repository, VersionStatus
 from server.stats import Duration, ModelStats
 
-# The protocol extensions both front ends implement (server metadata advertises them; each front
-# end adds its own: HTTP's binary tensor data, gRPC's CUDA shared memory where a GPU serves it).
+# The protocol extensions both front ends always implement (server metadata advertises them, with
+# HTTP's binary tensor data, and CUDA shared memory where a GPU serves it).
 EXTENSIONS = (
     "model_repository",
     "model_repository(unload_dependents)",
@@ -27,6 +27,17 @@ EXTENSIONS = (
     "trace",
     "logging",
 )
+
+
+def server_metadata(
+    version: str, extensions: Iterable[str], cuda_shared_memory: bool
+) -> pb.ServerMetadataResponse:
+    """Name, version and the extensions a front end implements; CUDA shared memory by the one
+    rule both front ends follow: where a GPU serves it."""
+    cuda = ["cuda_shared_memory"] if cuda_shared_memory else []
+    return pb.ServerMetadataResponse(
+        name="convoy", version=version, extensions=[*extensions, *cuda]
+    )
 
 
 def model_metadata(target: ModelVersion, ready_versions: Iterable[int]) -> pb.ModelMetadataResponse:

@@ -43,6 +43,7 @@ class Scheduler(Protocol):
         priority: int = 0,
         timeout_ns: int = 0,
         parameters: Parameters = ...,
+        device_outputs: bool = False,
     ) -> RequestResult: ...
 
     async def stop(self, timeout_s: float) -> None:
@@ -63,7 +64,12 @@ async def submit(
     start_ns = time.monotonic_ns()
     try:
         result = await target.scheduler.infer(
-            arrays, batch_size, options.priority, options.timeout_us * 1000, options.parameters
+            arrays,
+            batch_size,
+            options.priority,
+            options.timeout_us * 1000,
+            options.parameters,
+            options.device_outputs,
         )
     except (QueueFullError, RequestTimeoutError):
         target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")

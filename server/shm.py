@@ -29,6 +29,9 @@ class SharedMemoryRegistry:
     def __init__(self) -> None:
         self._regions: dict[str, Region] = {}
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._regions
+
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         if name in self._regions:
             raise AlreadyExistsError(f"shared memory region '{name}' already in manager")

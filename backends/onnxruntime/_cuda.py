@@ -60,7 +60,8 @@ class CudaOrtInstance(OrtInstance):
 
     String models keep OrtInstance's `run()` path on the CUDA session (ONNX Runtime cannot bind
     string tensors; it copies the others itself, as Triton's ORT backend keeps strings on CPU).
-    With `device_outputs` the outputs stay on the device as CuPy arrays, for device consumers.
+    A batch whose consumers read on a device (`device_outputs`) keeps its outputs there as CuPy
+    arrays; any other batch's come back to pinned host memory.
     """
 
     def __init__(
@@ -70,14 +71,12 @@ class CudaOrtInstance(OrtInstance):
         signature: ModelSignature,
         device_id: int,
         stream: Any,
-        device_outputs: bool = False,
     ) -> None:
         super().__init__(name, session, signature)
         self._cupy = import_cupy()
         self.device_id = device_id
         self._device = Device.cuda(device_id)
         self._stream = stream  # outlives the session, which computes on it
-        self._device_outputs = device_outputs
         cuda = self._cupy.cuda
         self._pinned = {t.name: GrowingBuffer(cuda.alloc_pinned_memory) for t in signature.inputs}
         self._on_device = {t.name: GrowingBuffer(cuda.alloc) for t in signature.inputs}
@@ -89,30 +88,38 @@ class CudaOrtInstance(OrtInstance):
         model_path: Path,
         settings: OrtSettings,
         device_id: int,
-        device_outputs: bool = False,
     ) -> CudaOrtInstance | None:
         """Open a CUDA session and warm CuPy's kernels; None when ONNX Runtime did not take the
-        CUDA provider (it falls back to CPU silently, e.g. when cuDNN is missing). Blocking."""
+        CUDA provider (it falls back to CPU silently, e.g. when cuDNN is missing). Blocking.
+        A bad file, and a CUDA error on the way (out of memory, a failing device), is a
+        ModelLoadError."""
         preload_cuda_libraries()
-        stream = new_stream(device_id)
-        options = {"device_id": str(device_id), "user_compute_stream": str(stream.ptr)}
+        instance = None
         try:
+            stream = new_stream(device_id)
+            options = {"device_id": str(device_id), "user_compute_stream": str(stream.ptr)}
             session = ort.InferenceSession(
                 str(model_path),
                 sess_options=settings.session_options(),
                 providers=[(CUDA_PROVIDER, options), "CPUExecutionProvider"],
             )
-        except Exception as exc:  # ORT raises its own exception types for bad files
+            if CUDA_PROVIDER not in session.get_providers():
+                return None
+            instance = cls(name, session, read_onnx_signature(session), device_id, stream)
+            instance._warm_up()
+            return instance
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # ORT's own exception types, CuPy's CUDARuntimeError
+            if instance is not None:
+                instance.close()
             raise ModelLoadError(
                 f"failed to load '{model_path}' on GPU {device_id}: {exc}"
             ) from exc
-        if CUDA_PROVIDER not in session.get_providers():
-            return None
-        instance = cls(
-            name, session, read_onnx_signature(session), device_id, stream, device_outputs
-        )
-        instance._warm_up()
-        return instance
+
+    @property
+    def device(self) -> Device:
+        return self._device
 
     @property
     def stream(self) -> Any:
@@ -139,7 +146,9 @@ class CudaOrtInstance(OrtInstance):
                 cupy.concatenate([cupy.zeros(1, dtype), cupy.zeros(1, dtype)])
             self._stream.synchronize()
 
-    def _run_batch(self, requests: Sequence[TensorMap], start_ns: int) -> Batched:
+    def _run_batch(
+        self, requests: Sequence[TensorMap], start_ns: int, device_outputs: bool = False
+    ) -> Batched:
         if self._uses_strings:
             return super()._run_batch(requests, start_ns)
         cupy = self._cupy
@@ -153,9 +162,7 @@ class CudaOrtInstance(OrtInstance):
             self._session.run_with_iobinding(binding)
             ran_ns = time.monotonic_ns()
             values = binding.get_outputs()
-            outputs = (
-                self._on_device_outputs(values) if self._device_outputs else self._copy_back(values)
-            )
+            outputs = self._on_device_outputs(values) if device_outputs else self._copy_back(values)
             done_ns = time.monotonic_ns()
         return Batched(outputs, (bound_ns - start_ns, ran_ns - bound_ns, done_ns - ran_ns))
 

@@ -87,24 +87,31 @@ class OrtInstance:
         return self._signature
 
     @property
+    def device(self) -> Device:
+        return _CPU
+
+    @property
     def provider_options(self) -> dict[str, dict[str, str]]:
         """The execution providers the session really runs with, and their options."""
         return dict(self._session.get_provider_options())
 
     async def execute(
-        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
     ) -> ExecutionResult:
         # ONNX models take no request parameters.
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._run, requests)
+        return await loop.run_in_executor(self._worker, self._run, requests, device_outputs)
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
 
-    def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+    def _run(self, requests: Sequence[TensorMap], device_outputs: bool) -> ExecutionResult:
         # Assembly runs here, on the instance's worker, not on the event loop.
         try:
-            result = self._run_batch(requests, time.monotonic_ns())
+            result = self._run_batch(requests, time.monotonic_ns(), device_outputs)
             if len(requests) == 1:
                 return ExecutionResult([result.outputs], *result.timings)
             sizes = [len(next(iter(request.values()))) for request in requests]
@@ -114,9 +121,12 @@ class OrtInstance:
         except Exception as exc:
             raise ExecutionError(f"instance '{self._name}': {exc}") from exc
 
-    def _run_batch(self, requests: Sequence[TensorMap], start_ns: int) -> Batched:
-        """Assemble the batch and run it; device-origin inputs (CUDA shared memory) come to the
-        host first, since this session computes there."""
+    def _run_batch(
+        self, requests: Sequence[TensorMap], start_ns: int, device_outputs: bool = False
+    ) -> Batched:
+        """Assemble the batch and run it; device-origin inputs (CUDA shared memory, an ensemble's
+        intermediates) come to the host first, since this session computes there, and so do its
+        outputs whatever `device_outputs` says."""
         inputs = concat_inputs([host_tensors(request) for request in requests])
         run = self._run_plain if self._uses_strings else self._run_bound
         return run(inputs, start_ns)

@@ -91,7 +91,6 @@ def load_instance(
     model_path: Path,
     settings: OrtSettings,
     placement: Placement,
-    device_outputs: bool = False,
 ) -> OrtInstance:
     """Open one instance where `placement` says; blocking, so call it from a thread.
 
@@ -109,7 +108,7 @@ def load_instance(
             + NO_CUDA
         )
     else:
-        instance = CudaOrtInstance.open(name, model_path, settings, device_id, device_outputs)
+        instance = CudaOrtInstance.open(name, model_path, settings, device_id)
         if instance is not None:
             return instance
         why = (

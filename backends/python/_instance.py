@@ -17,6 +17,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from backends.base import ExecutionResult, ModelSignature, Parameters, Response, TensorMap
+from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.python._config import (
     config_json,
@@ -32,6 +33,7 @@ from proto import model_config_pb2 as mc
 _log = logging.getLogger(__name__)
 
 _DEFAULT_MODEL_FILENAME = "model.py"
+_CPU = Device.cpu()
 
 # How a decoupled execution hands each response to the event loop: (request index, outputs or
 # the error that fails the request or None for a bare final flag, whether it is the final one).
@@ -139,11 +141,19 @@ class PythonInstance:
     def signature(self) -> ModelSignature:
         return self._signature
 
+    @property
+    def device(self) -> Device:
+        return _CPU  # the worker reads and answers NumPy arrays
+
     async def execute(
-        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters] = ()
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
     ) -> ExecutionResult:
         """Run execute(requests) in the worker; one response or error per request, in order.
-        Each request's `parameters` are what its `request.parameters()` shows."""
+        Each request's `parameters` are what its `request.parameters()` shows; outputs are
+        host arrays whatever `device_outputs` says."""
         if self._model.decoupled:
             raise ExecutionError(
                 f"{self._model.where()}: the model is decoupled; its responses stream through "
@@ -289,7 +299,7 @@ class PythonInstance:
     def _execute_message(
         self, batch: int, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
     ) -> tuple[Any, ...]:
-        inputs = [dict(arrays) for arrays in requests]
+        inputs = [dict(host_tensors(arrays)) for arrays in requests]  # device ones copied
         shown = [dict(p) for p in parameters] if parameters else [{} for _ in requests]
         return ("execute", batch, inputs, self._output_names, shown)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proto import model_config_pb2 as mc
 from server.errors import ConfigError
@@ -19,6 +19,8 @@ class Step:
     version: str  # "" serves the newest ready version (config -1)
     inputs: Mapping[str, str]  # the model's input name -> ensemble tensor name
     outputs: Mapping[str, str]  # the model's output name -> ensemble tensor name
+    # (model, version) of the steps reading its outputs; None when one leaves the ensemble.
+    consumers: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +132,31 @@ def plan_ensemble(
         tuple(t.name for t in config.input),
         frozenset(optional),
         tuple(t.name for t in config.output),
-        _sorted_steps(name, steps, {t.name for t in config.input}),
+        _with_consumers(
+            _sorted_steps(name, steps, {t.name for t in config.input}),
+            {t.name for t in config.output},
+        ),
         config.ensemble_scheduling.max_inflight_requests,
+    )
+
+
+def _with_consumers(steps: tuple[Step, ...], outputs: set[str]) -> tuple[Step, ...]:
+    """Each step told which steps read its tensors, unless one of them is an ensemble output
+    (that one goes back to the client, so the step's outputs must come to the host)."""
+    return tuple(
+        replace(
+            step,
+            consumers=None
+            if outputs & set(step.outputs.values())
+            else tuple(
+                dict.fromkeys(
+                    (other.model, other.version)
+                    for other in steps
+                    if set(other.inputs.values()) & set(step.outputs.values())
+                )
+            ),
+        )
+        for step in steps
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
@@ -20,6 +20,7 @@ from batching import (
     RequestResult,
 )
 from server.ensemble._plan import EnsemblePlan, Step
+from server.errors import ModelNotFoundError, ModelNotReadyError
 from server.inference import InferOptions
 from server.scheduling import infer_on
 
@@ -85,7 +86,9 @@ class EnsembleScheduler:
         priority: int = 0,
         timeout_ns: int = 0,
         parameters: Parameters = NO_PARAMETERS,
+        device_outputs: bool = False,
     ) -> RequestResult:
+        # The ensemble's outputs come back to the host whatever `device_outputs` says.
         if self._closed:
             raise BatcherClosedError(
                 f"ensemble '{self._plan.name}' is no longer accepting requests"
@@ -160,6 +163,8 @@ class EnsembleScheduler:
         start_ns = time.monotonic_ns()
         target = self._resolve(step.model, step.version)
         arrays = {name: tensors[t] for name, t in step.inputs.items() if t in tensors}
+        if self._hands_over_on_device(step):
+            options = replace(options, device_outputs=True)
         gate = self._gates[id(step)]
         if gate is None:
             result = await infer_on(target, arrays, list(step.outputs), options)
@@ -167,3 +172,13 @@ class EnsembleScheduler:
             async with gate:
                 result = await infer_on(target, arrays, list(step.outputs), options)
         return StepRun(target.name, target.version, start_ns, time.monotonic_ns(), result)
+
+    def _hands_over_on_device(self, step: Step) -> bool:
+        """Whether the step's outputs may stay on the device: none leaves the ensemble and
+        every step reading them computes on a device (looked up now: a reload may move one)."""
+        if not step.consumers:
+            return False
+        try:
+            return all(self._resolve(model, version).on_device for model, version in step.consumers)
+        except (ModelNotFoundError, ModelNotReadyError):  # its step fails when it starts
+            return False

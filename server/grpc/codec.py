@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
-from backends import is_device_array, on_host
+from backends import on_host
 from proto import grpc_service_pb2 as pb
-from server.cuda_shm import CudaSharedMemoryRegistry
 from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.engine import InferResponse
-from server.errors import InvalidInputError, RegionNotFoundError, UnsupportedError
+from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions, model_parameters
-from server.shm import SharedMemoryRegistry
+from server.regions import Location, SharedMemory
 
 _NO_OPTIONS = InferOptions()
 
@@ -36,11 +34,7 @@ _CONTENTS_FIELD = {
 }
 
 
-def decode_inputs(
-    request: pb.ModelInferRequest,
-    shm: SharedMemoryRegistry | None = None,
-    cuda_shm: CudaSharedMemoryRegistry | None = None,
-) -> list[InferInput]:
+def decode_inputs(request: pb.ModelInferRequest, shared_memory: SharedMemory) -> list[InferInput]:
     """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT.
 
     An input whose parameters name a shared memory region is read from it and carries no data;
@@ -49,8 +43,7 @@ def decode_inputs(
     """
     raw = request.raw_input_contents
     tensors = request.inputs
-    sharing = shm is not None or cuda_shm is not None
-    regions = [shm_location(t.parameters, t.name) for t in tensors] if sharing else []
+    regions = [shm_location(t.parameters, t.name) for t in tensors]
     in_band = len(tensors) - sum(1 for r in regions if r is not None)
     if raw:
         if len(raw) != in_band:
@@ -72,9 +65,9 @@ def decode_inputs(
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
-        region = regions[index] if regions else None
+        region = regions[index]
         if region is not None:
-            array = _read_region(name, datatype, shape, region, shm, cuda_shm)
+            array = shared_memory.read(name, datatype, shape, region)
         elif raw:
             array = decode_raw(name, datatype, shape, raw[raw_index])
             raw_index += 1
@@ -89,26 +82,7 @@ def decode_inputs(
     return decoded
 
 
-def _read_region(
-    name: str,
-    datatype: DataType,
-    shape: tuple[int, ...],
-    location: tuple[str, int, int],
-    shm: SharedMemoryRegistry | None,
-    cuda_shm: CudaSharedMemoryRegistry | None,
-) -> Any:
-    if cuda_shm is not None and location[0] in cuda_shm:
-        if datatype.wire == "BYTES":
-            return decode_raw(name, datatype, shape, cuda_shm.read(*location))
-        return cuda_shm.read_device(*location, datatype.numpy, shape)
-    if shm is None:
-        raise RegionNotFoundError(f"Unable to find shared memory region: '{location[0]}'")
-    return decode_raw(name, datatype, shape, shm.read(*location))
-
-
-def shm_location(
-    parameters: Mapping[str, pb.InferParameter], tensor: str
-) -> tuple[str, int, int] | None:
+def shm_location(parameters: Mapping[str, pb.InferParameter], tensor: str) -> Location | None:
     """(region, offset, byte_size) when a tensor's parameters place it in shared memory."""
     if "shared_memory_region" not in parameters:
         return None
@@ -138,14 +112,8 @@ def _int_of(parameters: Mapping[str, pb.InferParameter], key: str) -> int:
     return value
 
 
-def output_locations(
-    request: pb.ModelInferRequest,
-    shm: SharedMemoryRegistry | None,
-    cuda_shm: CudaSharedMemoryRegistry | None = None,
-) -> dict[str, tuple[str, int, int]]:
+def output_locations(request: pb.ModelInferRequest) -> dict[str, Location]:
     """Requested outputs to be written to shared memory (system or CUDA), by name."""
-    if (shm is None and cuda_shm is None) or not request.outputs:
-        return {}
     found = {}
     for output in request.outputs:
         location = shm_location(output.parameters, output.name)
@@ -205,13 +173,11 @@ def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
 def encode_response(
     response: InferResponse,
     request_id: str,
-    locations: Mapping[str, tuple[str, int, int]] | None = None,
-    shm: SharedMemoryRegistry | None = None,
-    cuda_shm: CudaSharedMemoryRegistry | None = None,
+    locations: Mapping[str, Location],
+    shared_memory: SharedMemory,
 ) -> pb.ModelInferResponse:
     """Outputs in raw_output_contents, as Triton's gRPC front end always answers; an output
-    placed in shared memory is written there and keeps an empty entry (indexes stay aligned).
-    A device output goes to a CUDA region without a trip through the host."""
+    placed in shared memory is written there and keeps an empty entry (indexes stay aligned)."""
     message = pb.ModelInferResponse(
         model_name=response.model, model_version=str(response.version), id=request_id
     )
@@ -221,26 +187,14 @@ def encode_response(
         tensor.name = output.spec.name
         tensor.datatype = datatype.wire
         tensor.shape.extend(output.array.shape)
-        location = locations.get(output.spec.name) if locations else None
-        if location is not None and cuda_shm is not None and location[0] in cuda_shm:
-            cuda_shm.write(*location, _for_device(datatype, output.array))
+        location = locations.get(output.spec.name)
+        if location is not None:
+            shared_memory.write(location, datatype, output.array)
             data = b""
         else:
             data = encode_raw(datatype, on_host(output.array))
-            if location is not None and shm is not None:
-                shm.write(*location, data)
-                data = b""
         message.raw_output_contents.append(data)
     return message
-
-
-def _for_device(datatype: DataType, array: Any) -> Any:
-    # What a CUDA region receives: device arrays as they are, host ones without a bytes copy.
-    if datatype.wire == "BYTES":
-        return encode_raw(datatype, array)
-    if is_device_array(array):
-        return array
-    return np.ascontiguousarray(array, dtype=datatype.numpy)
 
 
 def _decode_typed(

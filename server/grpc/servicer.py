@@ -14,7 +14,6 @@ from backends import BackendError
 from batching import BatchingError
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
-from server.cuda_shm import NO_CUDA_SHM, CudaSharedMemoryRegistry
 from server.engine import Engine
 from server.errors import (
     InvalidInputError,
@@ -39,16 +38,15 @@ from server.messages import (
     load_parameters,
     model_metadata,
     model_statistics,
+    server_metadata,
     statistics_targets,
 )
+from server.regions import SharedMemory
 from server.settings import RestrictedProtocol
-from server.shm import SharedMemoryRegistry
 from server.tracing import TRACE_HEADERS, TraceSettings
 
 _log = logging.getLogger(__name__)
 
-
-_NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
@@ -139,8 +137,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         restricted: Sequence[RestrictedProtocol] = (),
         trace: TraceSettings | None = None,
         logs: LogControl | None = None,
-        shm: SharedMemoryRegistry | None = None,
-        cuda_shm: CudaSharedMemoryRegistry | None = None,
+        *,
+        shared_memory: SharedMemory,
     ) -> None:
         self._engine = engine
         self._repository = engine.repository
@@ -149,18 +147,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._restricted = tuple(restricted)
         self._trace = trace or TraceSettings()
         self._logs = logs
-        self._shm = shm
-        self._cuda_shm = cuda_shm  # None: no usable GPU, the CUDA RPCs answer UNIMPLEMENTED
-
-    def _registry(self) -> SharedMemoryRegistry:
-        if self._shm is None:
-            raise UnsupportedError(_NO_SYSTEM_SHM)
-        return self._shm
-
-    def _cuda_registry(self) -> CudaSharedMemoryRegistry:
-        if self._cuda_shm is None:
-            raise UnsupportedError(NO_CUDA_SHM)
-        return self._cuda_shm
+        self._shared_memory = shared_memory  # the HTTP front end's too: one set of regions
 
     def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
         rules = [rule for rule in self._restricted if group in rule.groups]
@@ -196,14 +183,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Any
     ) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(
-            name="convoy",
-            version=self._version,
-            extensions=[
-                *EXTENSIONS,
-                *(["cuda_shared_memory"] if self._cuda_shm is not None else []),
-            ],
-        )
+        return server_metadata(self._version, EXTENSIONS, self._shared_memory.serves_cuda)
 
     @_edge
     async def ModelMetadata(
@@ -244,16 +224,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        locations = output_locations(request, self._shm, self._cuda_shm)
+        locations = output_locations(request)
         response = await self._engine.infer(self._decoded(request, context))
-        return encode_response(response, request.id, locations, self._shm, self._cuda_shm)
+        return encode_response(response, request.id, locations, self._shared_memory)
 
     def _decoded(self, request: pb.ModelInferRequest, context: Any) -> InferRequest:
         """The engine's request: tensors decoded (shared memory read), parameters parsed."""
         return InferRequest(
             request.model_name,
             request.model_version,
-            decode_inputs(request, self._shm, self._cuda_shm),
+            decode_inputs(request, self._shared_memory),
             requested_outputs(request),
             infer_options(request),
             request.id,
@@ -265,14 +245,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> AsyncIterator[tuple[pb.ModelInferResponse | BackendError, bool]]:
         """A stream request's responses; a decoupled model's final flag without a response
         becomes an empty response only if the request enables it, as Triton's."""
-        locations = output_locations(request, self._shm, self._cuda_shm)
+        locations = output_locations(request)
         empty_final = request.parameters.get("triton_enable_empty_final_response")
         async for response, final in self._engine.infer_stream(self._decoded(request, context)):
             if isinstance(response, BackendError):
                 yield response, final
             elif response is not None:
                 yield (
-                    encode_response(response, request.id, locations, self._shm, self._cuda_shm),
+                    encode_response(response, request.id, locations, self._shared_memory),
                     final,
                 )
             elif final and empty_final is not None and empty_final.bool_param:
@@ -368,7 +348,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     offset=region.offset,
                     byte_size=region.byte_size,
                 )
-                for region in self._registry().status(request.name)
+                for region in self._shared_memory.system.status(request.name)
             }
         )
 
@@ -376,14 +356,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self._registry().register(request.name, request.key, request.offset, request.byte_size)
+        self._shared_memory.system.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     @_edge
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self._registry().unregister(request.name)
+        self._shared_memory.system.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_edge
@@ -391,14 +373,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.CudaSharedMemoryStatusRequest, context: Any
     ) -> pb.CudaSharedMemoryStatusResponse:
         status = pb.CudaSharedMemoryStatusResponse
-        if self._cuda_shm is None and not request.name:
-            return status()  # no GPU: no regions (clients list them before cleaning up)
         return status(
             regions={
                 region.name: status.RegionStatus(
                     name=region.name, device_id=region.device_id, byte_size=region.byte_size
                 )
-                for region in self._cuda_registry().status(request.name)
+                for region in self._shared_memory.cuda_status(request.name)
             }
         )
 
@@ -406,7 +386,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self._cuda_registry().register(
+        self._shared_memory.cuda.register(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return pb.CudaSharedMemoryRegisterResponse()
@@ -417,8 +397,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.CudaSharedMemoryUnregisterResponse:
         # Unregistering every region succeeds without a GPU: there is none (perf_analyzer and
         # tritonclient clean up both kinds of shared memory this way).
-        if self._cuda_shm is not None or request.name:
-            self._cuda_registry().unregister(request.name)
+        self._shared_memory.cuda_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     @_edge

@@ -1,5 +1,5 @@
 """`AdminRoutes`: the HTTP handlers of Triton's shared memory, trace and logging extensions,
-backed by the objects the gRPC servicer uses (one registry, one LogControl, one TraceSettings),
+backed by the objects the gRPC servicer uses (one SharedMemory, LogControl and TraceSettings),
 and the parsing of the administrative bodies (register, repository load, logging)."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import binascii
 from aiohttp import web
 
 from proto import grpc_service_pb2 as pb
-from server.cuda_shm import NO_CUDA_SHM, CudaSharedMemoryRegistry
+from server.cuda_shm import CudaRegion
 from server.errors import InvalidInputError, UnsupportedError
 from server.http.codec import JsonObject, parameters_of, parse_json
 from server.logs import LogControl
+from server.regions import SharedMemory
 from server.repository import Repository
-from server.shm import Region, SharedMemoryRegistry
+from server.shm import Region
 from server.tracing import TraceSettings
 
-_NO_CUDA_SHM_OVER_HTTP = "CUDA shared memory is not supported over HTTP yet; use gRPC"
 _FIXED_TRACE = (
     "trace settings cannot be changed in OpenTelemetry mode; set them with --trace-config at start"
 )
@@ -34,21 +34,47 @@ def region_json(region: Region) -> JsonObject:
     }
 
 
+def cuda_region_json(region: CudaRegion) -> JsonObject:
+    return {"name": region.name, "device_id": region.device_id, "byte_size": region.byte_size}
+
+
 def register_request(body: JsonObject) -> tuple[str, int, int]:
     """(key, offset, byte_size) of a register body; offset defaults to 0, as Triton's."""
     key = body.get("key")
     if not isinstance(key, str):
         raise InvalidInputError("Shared memory register request has no 'key' string field")
-    values = []
-    for name, required in (("offset", False), ("byte_size", True)):
-        value = body.get(name, None if required else 0)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InvalidInputError(
-                f"Shared memory register request needs '{name}' as an integer >= 0, "
-                f"got {value!r:.80}"
-            )
-        values.append(value)
-    return key, values[0], values[1]
+    offset = _nonnegative(body, "offset", "Shared memory", default=0)
+    return key, offset, _nonnegative(body, "byte_size", "Shared memory")
+
+
+def cuda_register_request(body: JsonObject) -> tuple[bytes, int, int]:
+    """(raw_handle, device_id, byte_size) of a CUDA register body, whose handle (a serialized
+    cudaIpcMemHandle_t) is base64 in `{"raw_handle": {"b64": ...}}`, as tritonclient sends it."""
+    handle = body.get("raw_handle")
+    encoded = handle.get("b64") if isinstance(handle, dict) else None
+    if not isinstance(encoded, str):
+        raise InvalidInputError(
+            "CUDA shared memory register request needs 'raw_handle' as an object whose 'b64' "
+            f"string is the base64 of a cudaIpcMemHandle_t, got {handle!r:.80}"
+        )
+    try:
+        raw_handle = base64.b64decode(encoded, validate=True)
+    except binascii.Error as exc:
+        raise InvalidInputError(
+            f"CUDA shared memory register request: 'raw_handle' is not base64: {exc}"
+        ) from exc
+    device_id = _nonnegative(body, "device_id", "CUDA shared memory")
+    return raw_handle, device_id, _nonnegative(body, "byte_size", "CUDA shared memory")
+
+
+def _nonnegative(body: JsonObject, key: str, kind: str, default: int | None = None) -> int:
+    # A register body's integer field (required unless it has a default), >= 0.
+    value = body.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidInputError(
+            f"{kind} register request needs '{key}' as an integer >= 0, got {value!r:.80}"
+        )
+    return value
 
 
 def load_request(model: str, body: JsonObject) -> pb.RepositoryModelLoadRequest:
@@ -98,56 +124,41 @@ class AdminRoutes:
     def __init__(
         self,
         repository: Repository,
-        shm: SharedMemoryRegistry,
+        shared_memory: SharedMemory,
         trace: TraceSettings,
         logs: LogControl | None,
-        cuda_shm: CudaSharedMemoryRegistry | None = None,
     ) -> None:
         self._repository = repository
-        self._shm = shm
-        self._cuda_shm = cuda_shm  # None: no usable GPU, and gRPC refuses CUDA regions too
+        self._shared_memory = shared_memory  # the gRPC servicer's too: one set of regions
         self._trace = trace
         self._logs = logs
 
     async def shm_status(self, request: web.Request) -> web.Response:
-        regions = self._shm.status(request.match_info.get("region", ""))
+        regions = self._shared_memory.system.status(request.match_info.get("region", ""))
         return web.json_response([region_json(region) for region in regions])
 
     async def shm_register(self, request: web.Request) -> web.Response:
+        system = self._shared_memory.system
         key, offset, byte_size = register_request(parse_json(await request.read()))
-        self._shm.register(request.match_info["region"], key, offset, byte_size)
+        system.register(request.match_info["region"], key, offset, byte_size)
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self._shm.unregister(request.match_info.get("region", ""))
+        self._shared_memory.system.unregister(request.match_info.get("region", ""))
         return web.Response(status=200)
 
-    async def cuda_shm(self, request: web.Request) -> web.Response:
-        # Without a GPU, the refusal gRPC's CUDA shared memory RPCs give; with one, gRPC serves
-        # CUDA regions and HTTP does not register them yet.
-        raise UnsupportedError(NO_CUDA_SHM if self._cuda_shm is None else _NO_CUDA_SHM_OVER_HTTP)
-
     async def cuda_shm_status(self, request: web.Request) -> web.Response:
-        region = request.match_info.get("region", "")
-        if self._cuda_shm is None:
-            if region:
-                return await self.cuda_shm(request)
-            return web.json_response([])  # no GPU: no regions
-        return web.json_response(
-            [
-                {"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}
-                for r in self._cuda_shm.status(region)
-            ]
-        )
+        regions = self._shared_memory.cuda_status(request.match_info.get("region", ""))
+        return web.json_response([cuda_region_json(region) for region in regions])
+
+    async def cuda_shm_register(self, request: web.Request) -> web.Response:
+        cuda = self._shared_memory.cuda  # without a GPU, refused whatever the body holds
+        raw_handle, device_id, byte_size = cuda_register_request(parse_json(await request.read()))
+        cuda.register(request.match_info["region"], raw_handle, device_id, byte_size)
+        return web.Response(status=200)
 
     async def cuda_shm_unregister(self, request: web.Request) -> web.Response:
-        # Unregistering every region succeeds without a GPU: there is none (clients clean up
-        # both kinds of shared memory this way).
-        region = request.match_info.get("region", "")
-        if self._cuda_shm is not None:
-            self._cuda_shm.unregister(region)
-        elif region:
-            return await self.cuda_shm(request)
+        self._shared_memory.cuda_unregister(request.match_info.get("region", ""))
         return web.Response(status=200)
 
     async def trace_setting(self, request: web.Request) -> web.Response:

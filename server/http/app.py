@@ -13,7 +13,6 @@ from backends import BackendError
 from batching import BatchingError
 from proto import grpc_service_pb2 as pb
 from proto import message_json
-from server.cuda_shm import CudaSharedMemoryRegistry
 from server.engine import Engine
 from server.errors import (
     InvalidInputError,
@@ -44,15 +43,17 @@ from server.messages import (
     load_parameters,
     model_metadata,
     model_statistics,
+    server_metadata,
     statistics_targets,
 )
+from server.regions import SharedMemory
 from server.settings import RestrictedProtocol
-from server.shm import SharedMemoryRegistry
 from server.tracing import TraceSettings
 
 _log = logging.getLogger(__name__)
 
-# What GET /v2 advertises: the extensions this front end implements.
+# What GET /v2 advertises: the extensions this front end always implements (and CUDA shared
+# memory where a GPU serves it).
 HTTP_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -98,19 +99,18 @@ class HttpFrontEnd:
         model_control: bool,
         max_body_bytes: int,
         *,
-        shm: SharedMemoryRegistry,
+        shared_memory: SharedMemory,
         logs: LogControl | None = None,
         trace: TraceSettings | None = None,
         restricted: Sequence[RestrictedProtocol] = (),
-        cuda_shm: CudaSharedMemoryRegistry | None = None,
     ) -> None:
         self._engine = engine
         self._repository = engine.repository
         self._version = version
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._max_body_bytes = max_body_bytes
-        self._shm = shm
-        self._admin = AdminRoutes(self._repository, shm, trace or TraceSettings(), logs, cuda_shm)
+        self._shared_memory = shared_memory  # the gRPC servicer's too: one set of regions
+        self._admin = AdminRoutes(self._repository, shared_memory, trace or TraceSettings(), logs)
         self._generate = GenerateRoutes(engine)
         self._restricted = tuple(restricted)
         self._runner: web.AppRunner | None = None
@@ -146,7 +146,7 @@ class HttpFrontEnd:
         system, cuda = "/v2/systemsharedmemory", "/v2/cudasharedmemory"
         for base, status, register, unregister in (
             (system, admin.shm_status, admin.shm_register, admin.shm_unregister),
-            (cuda, admin.cuda_shm_status, admin.cuda_shm, admin.cuda_shm_unregister),
+            (cuda, admin.cuda_shm_status, admin.cuda_shm_register, admin.cuda_shm_unregister),
         ):
             table += [
                 ("GET", f"{base}/status", status, "shared-memory"),
@@ -187,9 +187,9 @@ class HttpFrontEnd:
         return web.Response(status=200 if ready else 400)
 
     async def server_metadata(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {"name": "convoy", "version": self._version, "extensions": list(HTTP_EXTENSIONS)}
-        )
+        serves_cuda = self._shared_memory.serves_cuda
+        metadata = server_metadata(self._version, HTTP_EXTENSIONS, serves_cuda)
+        return web.json_response(message_json(metadata))
 
     async def model_metadata(self, request: web.Request) -> web.Response:
         name, version = _model(request)
@@ -246,7 +246,7 @@ class HttpFrontEnd:
             InferRequest(
                 name,
                 version,
-                decode_inputs(body, binary, name, self._shm),
+                decode_inputs(body, binary, name, self._shared_memory),
                 outputs,
                 infer_options(body),
                 request_id,
@@ -254,7 +254,7 @@ class HttpFrontEnd:
             )
         )
         data, header_length = encode_response(
-            response, request_id, binary_outputs, locations, self._shm
+            response, request_id, binary_outputs, locations, self._shared_memory
         )
         if header_length is None:
             return web.Response(body=data, content_type="application/json")

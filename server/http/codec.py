@@ -1,6 +1,6 @@
 """Tensors between Triton's HTTP/REST JSON and NumPy, with the binary tensor data extension (a
 JSON header of `Inference-Header-Content-Length` bytes, then each binary tensor in order) and
-system shared memory (`shared_memory_region` / `_offset` / `_byte_size` tensor parameters)."""
+shared memory, system or CUDA (`shared_memory_region` / `_offset` / `_byte_size` parameters)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,12 @@ from server.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, e
 from server.engine import InferResponse
 from server.errors import InvalidInputError, UnsupportedError
 from server.inference import InferInput, InferOptions, model_parameters
-from server.shm import SharedMemoryRegistry
+from server.regions import Location, SharedMemory
 from server.tracing import TRACE_HEADERS
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 
 JsonObject = dict[str, Any]
-ShmLocation = tuple[str, int, int]  # (region, offset, byte_size)
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[JsonObject, bytes]:
@@ -79,7 +77,7 @@ def parameters_of(holder: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return parameters
 
 
-def _shm_location(parameters: Mapping[str, Any], where: str) -> ShmLocation | None:
+def _shm_location(parameters: Mapping[str, Any], where: str) -> Location | None:
     """(region, offset, byte_size) when a tensor's parameters place it in shared memory."""
     if "shared_memory_region" not in parameters:
         return None
@@ -97,17 +95,11 @@ def _shm_location(parameters: Mapping[str, Any], where: str) -> ShmLocation | No
     return region, values[0], values[1]
 
 
-def _registry(shm: SharedMemoryRegistry | None) -> SharedMemoryRegistry:
-    if shm is None:
-        raise UnsupportedError(NO_SYSTEM_SHM)
-    return shm
-
-
 def decode_inputs(
-    request: JsonObject, binary: bytes, model: str, shm: SharedMemoryRegistry | None = None
+    request: JsonObject, binary: bytes, model: str, shared_memory: SharedMemory
 ) -> list[InferInput]:
     """The request's input tensors as arrays; binary ones take their bytes in order, shared
-    memory ones are read from their region."""
+    memory ones are read from their region (one in a CUDA region is a CuPy view of it)."""
     tensors = request.get("inputs")
     if not isinstance(tensors, list) or not all(isinstance(t, dict) for t in tensors):
         raise InvalidInputError(f"request for model '{model}': 'inputs' must be a list of objects")
@@ -143,7 +135,7 @@ def decode_inputs(
             )
         location = _shm_location(parameters, where)
         if location is not None:
-            array = decode_raw(name, datatype, shape, _registry(shm).read(*location))
+            array = shared_memory.read(name, datatype, shape, location)
         elif "binary_data_size" in parameters:
             size = _field(parameters, "binary_data_size", int, where)
             if size < 0 or offset + size > len(binary):
@@ -216,7 +208,7 @@ def requested_outputs(request: JsonObject) -> tuple[list[str], frozenset[str] | 
     return names, frozenset(binary)
 
 
-def output_locations(request: JsonObject) -> dict[str, ShmLocation]:
+def output_locations(request: JsonObject) -> dict[str, Location]:
     """Requested outputs to be written to shared memory, by name (Triton refuses an output
     that asks for both shared memory and binary data)."""
     found = {}
@@ -264,30 +256,31 @@ def encode_response(
     response: InferResponse,
     request_id: str,
     binary: frozenset[str] | None,
-    locations: Mapping[str, ShmLocation] | None = None,
-    shm: SharedMemoryRegistry | None = None,
+    locations: Mapping[str, Location],
+    shared_memory: SharedMemory,
 ) -> tuple[bytes, int | None]:
     """The response body and, when some output is binary, the length of its JSON header;
     `binary` names the outputs sent as binary data (None: every output). An output placed in
-    shared memory is written there and, as Triton's, answers only its name, type and shape."""
+    shared memory (a device one goes to a CUDA region as it is) is written there and, as
+    Triton's, answers only its name, type and shape."""
     outputs: list[JsonObject] = []
     chunks: list[bytes] = []
     for output in response.outputs:
-        spec, array = output.spec, on_host(output.array)
+        spec = output.spec
         tensor: JsonObject = {
             "name": spec.name,
             "datatype": spec.datatype.wire,
-            "shape": list(array.shape),
+            "shape": list(output.array.shape),
         }
-        location = locations.get(spec.name) if locations else None
+        location = locations.get(spec.name)
         if location is not None:
-            _registry(shm).write(*location, encode_raw(spec.datatype, array))
+            shared_memory.write(location, spec.datatype, output.array)
         elif binary is None or spec.name in binary:
-            data = encode_raw(spec.datatype, array)
+            data = encode_raw(spec.datatype, on_host(output.array))
             tensor["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
-            tensor["data"] = json_data(spec.datatype, array)
+            tensor["data"] = json_data(spec.datatype, on_host(output.array))
         outputs.append(tensor)
     header: JsonObject = {"model_name": response.model, "model_version": str(response.version)}
     if request_id:

@@ -48,6 +48,12 @@ class ModelVersion:
     router: DecoupledRouter | None = None  # a decoupled model's responses go through it
     reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
 
+    @property
+    def on_device(self) -> bool:
+        """Whether every instance computes on a CUDA device (an ensemble step feeding this
+        version keeps its outputs there); False for ensembles, which have no instances."""
+        return bool(self.instances) and all(i.device.is_cuda for i in self.instances)
+
 
 @dataclass(frozen=True, slots=True)
 class VersionSource:

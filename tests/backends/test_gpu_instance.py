@@ -45,8 +45,10 @@ def _simple_inputs(rows: int, start: float = 0.0) -> dict[str, np.ndarray]:
     return {"INPUT0": a, "INPUT1": np.full((rows, 16), 2.0, np.float32)}
 
 
-async def _outputs(instance: OrtInstance, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    result = await instance.execute(requests)
+async def _outputs(
+    instance: OrtInstance, requests: list[dict[str, Any]], device_outputs: bool = False
+) -> list[dict[str, Any]]:
+    result = await instance.execute(requests, device_outputs=device_outputs)
     for response in result.responses:
         assert isinstance(response, dict), response
     return [r for r in result.responses if isinstance(r, dict)]
@@ -114,12 +116,11 @@ def test_kind_gpu_without_cuda_is_refused_clearly(tmp_path: Path) -> None:
 # ---- the CUDA data path: these run on a GPU machine only ----------------------------------------
 
 
-def _gpu(tmp_path: Path, model: onnx.ModelProto, device_outputs: bool = False) -> CudaOrtInstance:
+def _gpu(tmp_path: Path, model: onnx.ModelProto) -> CudaOrtInstance:
     path = _save(tmp_path, model, f"model_{id(model)}.onnx")
-    instance = load_instance(
-        "gpu_0", path, OrtSettings(), Placement("g", Device.cuda(0)), device_outputs
-    )
+    instance = load_instance("gpu_0", path, OrtSettings(), Placement("g", Device.cuda(0)))
     assert isinstance(instance, CudaOrtInstance)
+    assert instance.device == Device.cuda(0)
     return instance
 
 
@@ -162,16 +163,24 @@ async def test_device_inputs_join_host_ones_and_outputs_can_stay_on_the_device(
 ) -> None:
     import cupy
 
-    instance = _gpu(tmp_path, models.simple(), device_outputs=True)
+    instance = _gpu(tmp_path, models.simple())
     host = _simple_inputs(2)
     device = {name: cupy.asarray(array) for name, array in _simple_inputs(3, 10).items()}
-    first, second = await _outputs(instance, [host, device])
+    first, second = await _outputs(instance, [host, device], device_outputs=True)
     assert isinstance(first["OUTPUT0"], cupy.ndarray)
     np.testing.assert_array_equal(first["OUTPUT0"].get(), host["INPUT0"] + 2)
     np.testing.assert_array_equal(second["OUTPUT1"].get(), _simple_inputs(3, 10)["INPUT0"] - 2)
+    # The same instance answers the next batch on the host when its consumer reads there.
+    (back,) = await _outputs(instance, [device])
+    assert isinstance(back["OUTPUT0"], np.ndarray)
+    np.testing.assert_array_equal(back["OUTPUT0"], _simple_inputs(3, 10)["INPUT0"] + 2)
     instance.close()
     cpu = OrtInstance.load("cpu_0", _save(tmp_path, models.simple()), OrtSettings())
-    (on_cpu,) = await _outputs(cpu, [device])  # a CPU model given CUDA shm inputs copies them
+    assert cpu.device == Device.cpu()
+    # A CPU model given device inputs copies them; asked for device outputs it still answers
+    # on the host, where it computes.
+    (on_cpu,) = await _outputs(cpu, [device], device_outputs=True)
+    assert isinstance(on_cpu["OUTPUT0"], np.ndarray)
     np.testing.assert_array_equal(on_cpu["OUTPUT0"], _simple_inputs(3, 10)["INPUT0"] + 2)
     cpu.close()
 

@@ -13,6 +13,7 @@ from batching import (
     BatchPolicy,
     ExecutionRecord,
     ExecutorContractError,
+    Parameters,
     TensorMap,
 )
 from server.repository import parse_config
@@ -38,9 +39,16 @@ class Doubler:
         self.running = 0
         self.most_at_once = 0
         self.calls: list[Sequence[TensorMap]] = []
+        self.device_outputs: list[bool] = []  # per execution, as the batcher asked
 
-    async def execute(self, requests: Sequence[TensorMap]) -> Result:
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Result:
         self.calls.append(requests)
+        self.device_outputs.append(device_outputs)
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
@@ -143,12 +151,28 @@ async def test_a_per_request_error_fails_only_that_request_of_the_batch() -> Non
     await batcher.stop(1.0)
 
 
+async def test_a_batch_gets_device_outputs_only_when_all_its_requests_want_them() -> None:
+    executor = Doubler(0.02)
+    batcher = Batcher("m", [executor], dynamic("max_queue_delay_microseconds: 20000"))
+    await batcher.start()
+    for wanted in ([True, True], [True, False], [False, False]):
+        await asyncio.gather(*(batcher.infer(_x(1.0), 1, device_outputs=w) for w in wanted))
+    assert [len(call) for call in executor.calls] == [2, 2, 2]  # each pair ran as one batch
+    assert executor.device_outputs == [True, False, False]
+    await batcher.stop(1.0)
+
+
 class Forgetful:
     """Answers one request fewer than it was given: a broken executor."""
 
     name = "forgetful"
 
-    async def execute(self, requests: Sequence[TensorMap]) -> Result:
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Result:
         return Result([{"y": r["x"]} for r in requests[1:]])
 
 

@@ -17,6 +17,7 @@ from e2e_support import ConvoyServer, StartServer, ensemble_config, infer_input
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
+from backends import cuda_available
 from scripts import models
 
 IMAGES = 16  # distinct images; the concurrency test cycles through them
@@ -196,3 +197,49 @@ def test_a_broken_ensemble_is_a_clear_load_error_through_the_api(
             triton.load_model("loop")
         assert "INVALID_ARGUMENT" in str(error.value.status())
         assert triton.is_model_ready("simple")  # its composing model loaded and kept serving
+
+
+def _simple_on(repo: Path, name: str, kind: str) -> None:
+    models.write_model(
+        repo,
+        name,
+        models.simple(),
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+        "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+        f"instance_group [ {{ count: 2 kind: {kind} }} ]\n",
+    )
+
+
+@pytest.mark.skipif(not cuda_available(), reason="needs a GPU, onnxruntime-gpu and CuPy")
+@pytest.mark.parametrize("second", ["KIND_GPU", "KIND_CPU"])
+def test_an_intermediate_between_gpu_steps_stays_on_the_device_and_still_feeds_a_cpu_step(
+    tmp_path: Path, start_server: StartServer, second: str
+) -> None:
+    # IN -> first (GPU): OUTPUT0 = IN + IN -> "mid" -> second: OUTPUT0 = mid + mid -> OUT. With
+    # a GPU consumer "mid" is handed over as a device array; with a CPU one it comes back first.
+    repo = tmp_path / "repo"
+    _simple_on(repo, "first", "KIND_GPU")
+    _simple_on(repo, "second", second)
+    (repo / "chain" / "1").mkdir(parents=True)
+    steps = [("IN", "mid", "first"), ("mid", "OUT", "second")]
+    (repo / "chain" / "config.pbtxt").write_text(ensemble_config("chain", "TYPE_FP32", 16, steps))
+    server = start_server(repo)
+
+    async def run_all() -> list[np.ndarray]:
+        async with aioclient.InferenceServerClient(server.url) as client:
+            results = await asyncio.gather(
+                *(client.infer("chain", [infer_input("IN", _rows(i), "FP32")]) for i in range(64))
+            )
+        return [result.as_numpy("OUT") for result in results]
+
+    for index, answer in enumerate(asyncio.run(run_all())):
+        np.testing.assert_array_equal(answer, 4 * _rows(index))
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        for model in ("first", "second"):
+            stats = triton.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            assert int(stats["inference_count"]) == sum(len(_rows(i)) for i in range(64))
+
+
+def _rows(seed: int) -> np.ndarray:
+    """1 to 3 rows of 16 distinct values, different per seed."""
+    return np.arange(16 * (1 + seed % 3), dtype=np.float32).reshape(-1, 16) + seed

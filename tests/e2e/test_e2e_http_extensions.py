@@ -1,9 +1,10 @@
 """Triton's HTTP extensions beside the core API, driven by the unchanged `tritonclient.http`:
-system shared memory (one registry with gRPC), trace and log settings, restricted endpoint
-groups and the generate extension."""
+system and CUDA shared memory (one set of regions with gRPC), trace and log settings, restricted
+endpoint groups and the generate extension."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import urllib.error
@@ -172,7 +173,7 @@ def test_shared_memory_faults_are_bad_requests_and_the_server_goes_on(
     assert (beyond.status(), "fall outside" in beyond.message()) == ("400", True)
     unknown = error_of(http.infer, "simple", shm_inputs("nope"))
     assert unknown.status() == "400"
-    assert "Unable to find system shared memory region: 'in_nope'" in unknown.message()
+    assert "Unable to find shared memory region: 'in_nope'" in unknown.message()
     too_small = error_of(
         http.infer, "simple", shm_inputs(tag), outputs=shm_outputs(tag, byte_size=BYTES // 2)
     )
@@ -205,6 +206,11 @@ def test_cuda_shared_memory_without_a_gpu_is_refused_as_over_grpc(
     over_http = error_of(http.get_cuda_shared_memory_status, "r")
     assert (over_http.status(), over_http.message()) == ("501", refused.value.message())
     assert error_of(http.unregister_cuda_shared_memory, "r").status() == "501"
+    # Registering is refused as over gRPC, a well-formed body (tritonclient's) or not.
+    handle = base64.b64encode(bytes(64)).decode("ascii")
+    registered = error_of(http.register_cuda_shared_memory, "r", handle, 0, 8)
+    assert (registered.status(), registered.message()) == ("501", refused.value.message())
+    assert "CUDA shared memory needs a CUDA device" in registered.message()
     status, _, _ = post(convoy, "/v2/cudasharedmemory/region/r/register", {"byte_size": 8})
     assert status == 501
     # Listing and unregistering all regions succeed on both: there are none.
@@ -212,6 +218,15 @@ def test_cuda_shared_memory_without_a_gpu_is_refused_as_over_grpc(
     grpc.unregister_cuda_shared_memory()
     assert http.get_cuda_shared_memory_status() == []
     http.unregister_cuda_shared_memory()
+
+
+def test_both_front_ends_advertise_the_same_extensions(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    over_http = http.get_server_metadata()["extensions"]
+    over_grpc = list(grpc.get_server_metadata().extensions)
+    assert sorted(over_http) == sorted([*over_grpc, "binary_tensor_data"])
+    assert ("cuda_shared_memory" in over_http) == cuda_available()
 
 
 # ---- trace and log settings ------------------------------------------------------------------

@@ -84,6 +84,7 @@ def test_out_of_bounds_and_unknown_regions_are_refused(regions: tuple) -> None:
     with pytest.raises(InferenceServerException) as unknown:
         client.infer("simple", _inputs("nope"))
     assert unknown.value.status() == "StatusCode.NOT_FOUND"
+    assert "Unable to find shared memory region: 'in_nope'" in unknown.value.message()
     with pytest.raises(InferenceServerException) as too_big:
         client.register_system_shared_memory("huge", f"/convoy_in_{tag}", 1 << 30)
     assert too_big.value.status() == "StatusCode.INVALID_ARGUMENT"

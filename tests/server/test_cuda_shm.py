@@ -1,26 +1,33 @@
-"""CUDA shared memory: the bounds shared with system shared memory, the registry and RPCs without
-CUDA (UNIMPLEMENTED, as before), and, on a GPU machine, round trips through a real server whose
-client opens regions with CuPy or with `tritonclient.utils.cuda_shared_memory`."""
+"""CUDA shared memory: the bounds shared with system shared memory, the registry, the regions of
+both kinds behind one `SharedMemory`, the RPCs without CUDA (UNIMPLEMENTED, as before), and, on a
+GPU machine, round trips over gRPC and HTTP through a real server whose client opens regions with
+CuPy or with `tritonclient.utils.cuda_shared_memory`."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from backends import cuda_available
 from proto import grpc_service_pb2 as pb
 from scripts import models
 from server.cuda_shm import CudaSharedMemoryRegistry
+from server.datatypes import BY_WIRE
 from server.errors import InvalidInputError, RegionNotFoundError, UnsupportedError
-from server.grpc.codec import decode_inputs, output_locations
-from server.shm import check_bounds, check_fits
+from server.grpc import codec as grpc_codec
+from server.http import codec as http_codec
+from server.regions import SharedMemory
+from server.shm import SharedMemoryRegistry, check_bounds, check_fits
 from tests.e2e.e2e_support import ConvoyServer
 
 CUDA = cuda_available()
@@ -74,12 +81,49 @@ def _request(region: str) -> pb.ModelInferRequest:
     return request
 
 
-def test_the_codec_looks_regions_up_in_the_cuda_registry() -> None:
-    registry = CudaSharedMemoryRegistry()
-    request = _request("nowhere")
-    assert output_locations(request, None, registry) == {"OUTPUT0": ("nowhere", 0, BYTES)}
-    with pytest.raises(RegionNotFoundError, match="'nowhere'"):
-        decode_inputs(request, None, registry)
+def _http_body(region: str) -> dict[str, Any]:
+    parameters = {"shared_memory_region": region, "shared_memory_byte_size": BYTES}
+    tensor = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "parameters": parameters}
+    return {"inputs": [tensor], "outputs": [{"name": "OUTPUT0", "parameters": parameters}]}
+
+
+def test_both_codecs_look_regions_up_in_both_registries() -> None:
+    shared = SharedMemory(SharedMemoryRegistry(), CudaSharedMemoryRegistry())
+    request, body = _request("nowhere"), _http_body("nowhere")
+    assert grpc_codec.output_locations(request) == {"OUTPUT0": ("nowhere", 0, BYTES)}
+    assert http_codec.output_locations(body) == {"OUTPUT0": ("nowhere", 0, BYTES)}
+    unknown = "Unable to find shared memory region: 'nowhere'"  # Triton's words, either kind
+    with pytest.raises(RegionNotFoundError, match=unknown):
+        grpc_codec.decode_inputs(request, shared)
+    with pytest.raises(RegionNotFoundError, match=unknown):
+        http_codec.decode_inputs(body, b"", "simple", shared)
+    with pytest.raises(RegionNotFoundError, match=unknown):
+        shared.write(("nowhere", 0, BYTES), BY_WIRE["FP32"], np.zeros((1, 16), np.float32))
+
+
+def test_without_system_shared_memory_a_region_not_in_cuda_is_refused() -> None:
+    shared = SharedMemory(None, CudaSharedMemoryRegistry())
+    with pytest.raises(UnsupportedError, match="system shared memory is not enabled"):
+        http_codec.decode_inputs(_http_body("r"), b"", "simple", shared)
+    with pytest.raises(UnsupportedError, match="system shared memory is not enabled"):
+        shared.system.status()
+
+
+def test_cuda_regions_are_listed_and_refused_by_one_rule() -> None:
+    without = SharedMemory(SharedMemoryRegistry())  # no usable GPU
+    assert not without.serves_cuda
+    assert without.cuda_status() == []  # listing and unregistering all: there are none
+    without.cuda_unregister()
+    for refused in (without.cuda_status, without.cuda_unregister):
+        with pytest.raises(UnsupportedError, match="CUDA shared memory needs a CUDA device"):
+            refused("r")
+    with pytest.raises(UnsupportedError, match="CUDA shared memory needs a CUDA device"):
+        without.cuda.register("r", bytes(64), 0, BYTES)
+    served = SharedMemory(SharedMemoryRegistry(), CudaSharedMemoryRegistry())
+    assert served.serves_cuda and served.cuda_status() == []
+    served.cuda_unregister("r")  # unknown: nothing to do, as Triton
+    with pytest.raises(RegionNotFoundError, match="Unable to find cuda shared memory region"):
+        served.cuda_status("r")
 
 
 def _empty_server(tmp_path: Path, *flags: str) -> ConvoyServer:
@@ -157,61 +201,117 @@ class DeviceRegion:
         self.runtime.free(self.address)
 
 
-def _cuda_inputs(region: str) -> list[grpcclient.InferInput]:
-    first = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+def _cuda_inputs(client: Any, region: str) -> list[Any]:
+    """INPUT0 and INPUT1 at offsets 0 and BYTES of `region`; `client` is tritonclient.grpc or
+    tritonclient.http (their InferInputs take shared memory alike)."""
+    first = client.InferInput("INPUT0", [1, 16], "FP32")
     first.set_shared_memory(region, BYTES)
-    second = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+    second = client.InferInput("INPUT1", [1, 16], "FP32")
     second.set_shared_memory(region, BYTES, offset=BYTES)
     return [first, second]
 
 
-def _cuda_outputs(region: str) -> list[grpcclient.InferRequestedOutput]:
-    outputs = [grpcclient.InferRequestedOutput(name) for name in ("OUTPUT0", "OUTPUT1")]
+def _cuda_outputs(client: Any, region: str) -> list[Any]:
+    outputs = [client.InferRequestedOutput(name) for name in ("OUTPUT0", "OUTPUT1")]
     outputs[0].set_shared_memory(region, BYTES)
     outputs[1].set_shared_memory(region, BYTES, offset=BYTES)
     return outputs
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """What differs between tritonclient's gRPC and HTTP clients in the round trips below."""
+
+    client: Any  # the tritonclient.grpc or tritonclient.http module
+    invalid: str  # the status() of an invalid argument
+    exists: str  # of a region registered twice
+    not_found: str  # of a region no registry knows
+
+    def connect(self, server: ConvoyServer) -> Any:
+        if self.client is grpcclient:
+            return grpcclient.InferenceServerClient(server.url)
+        return httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+
+    def regions(self, client: Any) -> dict[str, int]:
+        """The registered CUDA regions' byte sizes, by name."""
+        if self.client is grpcclient:
+            listed = client.get_cuda_shared_memory_status(as_json=True).get("regions", {})
+            return {r["name"]: int(r["byte_size"]) for r in listed.values()}
+        return {r["name"]: int(r["byte_size"]) for r in client.get_cuda_shared_memory_status()}
+
+    def outputs(self, result: Any) -> list[dict[str, Any]]:
+        """The response's outputs as JSON (gRPC's int64 shapes as strings)."""
+        if self.client is grpcclient:
+            return list(result.get_response(as_json=True)["outputs"])
+        return list(result.get_response()["outputs"])
+
+
+GRPC = Protocol(
+    grpcclient, "StatusCode.INVALID_ARGUMENT", "StatusCode.ALREADY_EXISTS", "StatusCode.NOT_FOUND"
+)
+# Triton's HTTP front end answers every shared memory fault, an unknown region too, with 400.
+HTTP = Protocol(httpclient, "400", "400", "400")
+
+
+def _b64(raw_handle: bytes) -> str:
+    # A str: tritonclient.http puts it in a JSON body as it is; tritonclient.grpc decodes either.
+    return base64.b64encode(raw_handle).decode("ascii")
+
+
 @needs_cuda
 @pytest.mark.parametrize("model", ["simple", "simple_gpu"])
-def test_cuda_regions_carry_inputs_and_outputs(gpu_server: ConvoyServer, model: str) -> None:
+@pytest.mark.parametrize("protocol", [GRPC, HTTP], ids=["grpc", "http"])
+def test_cuda_regions_carry_inputs_and_outputs(
+    gpu_server: ConvoyServer, model: str, protocol: Protocol
+) -> None:
     import cupy
 
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 3, np.float32)
     inputs, outputs = DeviceRegion(cupy, 2 * BYTES), DeviceRegion(cupy, 2 * BYTES)
     inputs.put(np.concatenate([a, b]))
-    with grpcclient.InferenceServerClient(gpu_server.url) as client:
+    other = HTTP if protocol is GRPC else GRPC  # one registry: what one registers, both see
+    with (
+        contextlib.closing(protocol.connect(gpu_server)) as client,
+        contextlib.closing(other.connect(gpu_server)) as observer,
+    ):
         for name, region in (("in", inputs), ("out", outputs)):
-            encoded = base64.b64encode(region.raw_handle)
-            client.register_cuda_shared_memory(name, encoded, 0, region.byte_size)
-        status = client.get_cuda_shared_memory_status(as_json=True)["regions"]
-        assert {r["name"]: int(r["byte_size"]) for r in status.values()} == {
-            "in": 2 * BYTES,
-            "out": 2 * BYTES,
-        }
-        result = client.infer(model, _cuda_inputs("in"), outputs=_cuda_outputs("out"))
-        assert [o.name for o in result.get_response().outputs] == ["OUTPUT0", "OUTPUT1"]
+            client.register_cuda_shared_memory(name, _b64(region.raw_handle), 0, region.byte_size)
+        expected = {"in": 2 * BYTES, "out": 2 * BYTES}
+        assert protocol.regions(client) == expected
+        assert other.regions(observer) == expected
+        requested = _cuda_outputs(protocol.client, "out")
+        result = client.infer(model, _cuda_inputs(protocol.client, "in"), outputs=requested)
+        # As Triton's: an output written to a region answers only its name, type and shape.
+        answered = protocol.outputs(result)
+        assert [o["name"] for o in answered] == ["OUTPUT0", "OUTPUT1"]
+        for output in answered:
+            assert set(output) == {"name", "datatype", "shape"}, output
+            assert (output["datatype"], [int(d) for d in output["shape"]]) == ("FP32", [1, 16])
         np.testing.assert_array_equal(
             outputs.get(np.float32, (2, 16)), np.concatenate([a + b, a - b])
         )
         with pytest.raises(InferenceServerException) as beyond:
-            bad = _cuda_inputs("in")
+            bad = _cuda_inputs(protocol.client, "in")
             bad[1].set_shared_memory("in", BYTES, offset=BYTES + 4)
             client.infer(model, bad)
-        assert beyond.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert beyond.value.status() == protocol.invalid
         assert "fall outside" in beyond.value.message()
         with pytest.raises(InferenceServerException) as twice:
-            client.register_cuda_shared_memory("in", base64.b64encode(inputs.raw_handle), 0, 8)
-        assert twice.value.status() == "StatusCode.ALREADY_EXISTS"
+            client.register_cuda_shared_memory("in", _b64(inputs.raw_handle), 0, 8)
+        assert twice.value.status() == protocol.exists
+        assert "already in manager" in twice.value.message()
         with pytest.raises(InferenceServerException) as short:
-            client.register_cuda_shared_memory("short", base64.b64encode(b"x" * 8), 0, 8)
-        assert short.value.status() == "StatusCode.INVALID_ARGUMENT"
+            client.register_cuda_shared_memory("short", _b64(b"x" * 8), 0, 8)
+        assert short.value.status() == protocol.invalid
+        assert "cudaIpcMemHandle_t has 64" in short.value.message()
         client.unregister_cuda_shared_memory()
-        assert client.get_cuda_shared_memory_status(as_json=True).get("regions", {}) == {}
+        assert protocol.regions(client) == {}
+        assert other.regions(observer) == {}
         with pytest.raises(InferenceServerException) as gone:
-            client.infer(model, _cuda_inputs("in"))
-        assert gone.value.status() == "StatusCode.NOT_FOUND"
+            client.infer(model, _cuda_inputs(protocol.client, "in"))
+        assert gone.value.status() == protocol.not_found
+        assert "Unable to find shared memory region: 'in'" in gone.value.message()
     inputs.free()
     outputs.free()
 
@@ -233,7 +333,8 @@ def test_tritonclients_cuda_shared_memory_utilities_work(gpu_server: ConvoyServe
         for name, handle in handles.items():
             raw = cudashm.get_raw_handle(handle)
             client.register_cuda_shared_memory(f"tc_{name}", raw, 0, 2 * BYTES)
-        client.infer("simple_gpu", _cuda_inputs("tc_in"), outputs=_cuda_outputs("tc_out"))
+        inputs, outputs = _cuda_inputs(grpcclient, "tc_in"), _cuda_outputs(grpcclient, "tc_out")
+        client.infer("simple_gpu", inputs, outputs=outputs)
         total = cudashm.get_contents_as_numpy(handles["out"], np.float32, [2, 16])
         np.testing.assert_array_equal(total, np.concatenate([a + b, a - b]))
         client.unregister_cuda_shared_memory()

@@ -64,6 +64,25 @@ def test_a_pipeline_is_planned_in_dependency_order() -> None:
     assert composing_models(ensemble(shuffled)) == ["head", "pre", "net"]
 
 
+def test_each_step_knows_who_reads_its_tensors_unless_one_leaves_the_ensemble() -> None:
+    # LOGITS is an ensemble output: net's outputs must come back to the host.
+    pre, net, head = plan_ensemble(ensemble(PIPELINE), composing).steps
+    assert (pre.consumers, net.consumers, head.consumers) == ((("net", ""),), None, None)
+    # Only LABEL leaves: net hands LOGITS to head alone; pixels feed two steps.
+    steps = [
+        step("pre", {"RAW": "IMAGE"}, {"PIX": "pixels"}),
+        step("net", {"x": "pixels"}, {"y": "LOGITS"}),
+        step("small", {"x": "pixels"}, {"y": "unused"}, version=2),
+        step("head", {"L": "LOGITS"}, {"C": "LABEL"}),
+    ]
+    label = '{name: "LABEL" data_type: TYPE_INT64 dims: [1]}'
+    planned = {s.model: s for s in plan_ensemble(ensemble(steps, label, 2), composing).steps}
+    assert planned["pre"].consumers == (("net", ""), ("small", "2"))
+    assert planned["net"].consumers == (("head", ""),)
+    assert planned["small"].consumers == ()  # read by no step: nothing to hand over
+    assert planned["head"].consumers is None
+
+
 def test_a_specific_composing_version_is_kept() -> None:
     steps = [step("pre", {"RAW": "IMAGE"}, {"PIX": "pixels"}, version=3), *PIPELINE[1:]]
     assert plan_ensemble(ensemble(steps), composing).steps[0].version == "3"

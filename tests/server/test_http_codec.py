@@ -31,6 +31,7 @@ from server.http.codec import (
     split_body,
 )
 from server.inference import TensorSpec
+from server.regions import SharedMemory
 from server.shm import SharedMemoryRegistry
 
 
@@ -45,7 +46,7 @@ def test_json_data_may_be_nested_or_flat() -> None:
             _fp32("B", [2, 2], data=[1, 2, 3, 4]),
         ]
     }
-    a, b = decode_inputs(request, b"", "m")
+    a, b = decode_inputs(request, b"", "m", SharedMemory())
     np.testing.assert_array_equal(a.array, np.array([[1, 2.5], [3, 4]], dtype=np.float32))
     assert b.array.dtype == np.float32 and b.shape == (2, 2)
 
@@ -67,7 +68,7 @@ def test_binary_inputs_take_their_bytes_in_order() -> None:
     }
     text = json.dumps(header).encode()
     body, tail = split_body(text + binary, str(len(text)))
-    a, s = decode_inputs(body, tail, "m")
+    a, s = decode_inputs(body, tail, "m", SharedMemory())
     np.testing.assert_array_equal(a.array, first)
     assert list(s.array) == [b"ab", b""]
 
@@ -86,13 +87,13 @@ def test_binary_inputs_take_their_bytes_in_order() -> None:
 )
 def test_bad_inputs_are_invalid(tensor: dict[str, object], binary: bytes, expected: str) -> None:
     with pytest.raises(InvalidInputError, match=expected.replace("[", r"\[")):
-        decode_inputs({"inputs": [tensor]}, binary, "m")
+        decode_inputs({"inputs": [tensor]}, binary, "m", SharedMemory())
 
 
 def test_shared_memory_needs_a_registry() -> None:
     tensor = _fp32("A", [1], parameters={"shared_memory_region": "r", "shared_memory_byte_size": 4})
-    with pytest.raises(UnsupportedError, match="not enabled"):
-        decode_inputs({"inputs": [tensor]}, b"", "m")
+    with pytest.raises(UnsupportedError, match="system shared memory is not enabled"):
+        decode_inputs({"inputs": [tensor]}, b"", "m", SharedMemory())
 
 
 @pytest.mark.parametrize(
@@ -114,7 +115,7 @@ def test_an_input_has_exactly_one_source(
 ) -> None:
     tensor = _fp32("A", [1], parameters=parameters, **extra)
     with pytest.raises(InvalidInputError, match=expected):
-        decode_inputs({"inputs": [tensor]}, b"", "m", SharedMemoryRegistry())
+        decode_inputs({"inputs": [tensor]}, b"", "m", SharedMemory(SharedMemoryRegistry()))
 
 
 def test_output_locations_name_the_outputs_in_shared_memory() -> None:
@@ -155,7 +156,7 @@ def test_binary_outputs_follow_the_json_header() -> None:
         {"outputs": [{"name": "OUT", "parameters": {"binary_data": True}}, {"name": "JSON"}]}
     )
     assert names == ["OUT", "JSON"] and binary == frozenset({"OUT"})
-    body, length = encode_response(response, "id-1", binary)
+    body, length = encode_response(response, "id-1", binary, {}, SharedMemory())
     assert length is not None
     header = json.loads(body[:length])
     assert header["id"] == "id-1" and header["model_version"] == "3"
@@ -202,21 +203,22 @@ def test_http_status_differs_where_triton_http_does() -> None:
 
 
 @pytest.fixture
-def region() -> Iterator[SharedMemoryRegistry]:
-    """A registry holding region 'r': 32 bytes from offset 8 of a real POSIX shm object."""
+def region() -> Iterator[SharedMemory]:
+    """Shared memory holding system region 'r': 32 bytes from offset 8 of a real POSIX shm
+    object, and no CUDA registry (as without a GPU)."""
     memory = shared_memory.SharedMemory(create=True, size=64)
     registry = SharedMemoryRegistry()
     try:
         registry.register("r", memory.name, 8, 32)
         memory.buf[8:24] = np.arange(4, dtype=np.float32).tobytes()
-        yield registry
+        yield SharedMemory(registry)
     finally:
         registry.unregister()
         memory.close()
         memory.unlink()
 
 
-def test_shared_memory_inputs_and_outputs_use_the_region(region: SharedMemoryRegistry) -> None:
+def test_shared_memory_inputs_and_outputs_use_the_region(region: SharedMemory) -> None:
     parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
     (a,) = decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m", region)
     np.testing.assert_array_equal(a.array, np.arange(4, dtype=np.float32))
@@ -227,10 +229,30 @@ def test_shared_memory_inputs_and_outputs_use_the_region(region: SharedMemoryReg
     assert length is None  # nothing binary left in the body
     (out,) = json.loads(body)["outputs"]
     assert out == {"name": "OUT", "datatype": "FP32", "shape": [4]}
-    np.testing.assert_array_equal(np.frombuffer(region.read("r", 16, 16), np.float32), doubled)
+    written = region.system.read("r", 16, 16)
+    np.testing.assert_array_equal(np.frombuffer(written, np.float32), doubled)
 
 
-def test_shared_memory_reads_stay_inside_the_region(region: SharedMemoryRegistry) -> None:
+def test_the_facade_reads_and_writes_system_regions(region: SharedMemory) -> None:
+    fp32, text = BY_WIRE["FP32"], BY_WIRE["BYTES"]
+    words = np.array([b"ab", b"c"], dtype=object)
+    encoded = encode_raw(text, words)  # BYTES travel length-prefixed, as on the wire
+    region.write(("r", 0, 32), text, words)
+    assert region.system.read("r", 0, len(encoded)) == encoded
+    assert list(region.read("S", text, (2,), ("r", 0, len(encoded)))) == [b"ab", b"c"]
+    halves = np.array([0.5, -1.5], np.float32)
+    region.write(("r", 24, 8), fp32, halves)
+    np.testing.assert_array_equal(region.read("H", fp32, (2,), ("r", 24, 8)), halves)
+    with pytest.raises(InvalidInputError, match="needs 12 bytes, but only 8 were given"):
+        region.write(("r", 24, 8), fp32, np.zeros(3, np.float32))
+    unknown = "Unable to find shared memory region: 'nope'"
+    with pytest.raises(RegionNotFoundError, match=unknown):
+        region.read("H", fp32, (2,), ("nope", 0, 8))
+    with pytest.raises(RegionNotFoundError, match=unknown):
+        region.write(("nope", 0, 8), fp32, halves)
+
+
+def test_shared_memory_reads_stay_inside_the_region(region: SharedMemory) -> None:
     parameters = {
         "shared_memory_region": "r",
         "shared_memory_byte_size": 16,
