@@ -48,7 +48,12 @@ PYPROJECT = REPO_ROOT / "pyproject.toml"
 WHEELS = REPO_ROOT / "tools" / "wheels"
 MANIFEST = "MANIFEST.json"
 MIB = 1024 * 1024
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",  # nvidia-cudnn-cu13
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
 # What gpu_check.sh needs beyond convoy's own requirements: tests, model generation, and the
 # cuda-python that tritonclient.utils.cuda_shared_memory imports.
 CHECK_REQUIREMENTS = (
