@@ -89,16 +89,20 @@ class Engine:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Serve one request; its `carrier` holds its trace headers when tracing is on."""
+        return await self._infer(request, None)
+
+    async def _infer(self, request: InferRequest, target: ModelVersion | None) -> InferResponse:
+        # `target`: the version, when the caller has looked it up already (None: look it up).
         if self._stopping:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
         traced = self._tracer is not None and self._tracer.wants(request.carrier)
         if not traced and not _log.isEnabledFor(logging.DEBUG):
-            target, result = await self._run(request)
+            target, result = await self._run(request, target)
             return _response(target, result.outputs, request.outputs)
         wall_offset_ns = time.time_ns() - time.monotonic_ns()
         arrived_ns = time.monotonic_ns()
         try:
-            target, result = await self._run(request)
+            target, result = await self._run(request, target)
         except BaseException as exc:  # logged and traced, then raised as it is
             done_ns = time.monotonic_ns()
             _log.debug(
@@ -152,8 +156,11 @@ class Engine:
             )
         return _response(target, result.outputs, request.outputs)
 
-    async def _run(self, request: InferRequest) -> tuple[ModelVersion, RequestResult]:
-        target = await self._target(request.model, request.version)
+    async def _run(
+        self, request: InferRequest, target: ModelVersion | None
+    ) -> tuple[ModelVersion, RequestResult]:
+        if target is None:
+            target = await self._target(request.model, request.version)
         if target.router is not None:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
@@ -172,7 +179,7 @@ class Engine:
             raise ServerStoppingError("Server is stopping and accepts no new requests")
         target = await self._target(request.model, request.version)
         if target.router is None:
-            yield await self.infer(request), True
+            yield await self._infer(request, target), True
             return
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         with self._in_flight.counted():

@@ -20,10 +20,8 @@ import contextlib
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +34,7 @@ import yaml
 
 from scripts.deploy.gpu_requirements import gpu_requirements
 from scripts.gen_models import write_simple
+from tests.e2e.e2e_support import ConvoyServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "scripts" / "deploy"
@@ -72,9 +71,6 @@ _STRING = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""")
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _IDENTIFIER = re.compile(r"(?<![\w:$.])([A-Za-z_:][\w:]*)(\s*\()?")
 _LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(.+?)\s*,\s*\w+\s*\)\s*$")
-SERVING_LINE = re.compile(r"serving gRPC on [\w.:\[\]-]+:(\d+), metrics on :(\d+)/metrics")
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 30.0
 
 
 def load_yaml(path: Path) -> Any:
@@ -291,57 +287,23 @@ def exported_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str
     repository = tmp_path_factory.mktemp("models")
     write_simple(repository)
     log_path = tmp_path_factory.mktemp("convoy") / "server.log"
-    command = [
-        sys.executable,
-        "-m",
-        "server",
-        "serve",
-        "--model-repository",
-        str(repository),
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
-        "--http-port",
-        "0",
-    ]
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log_file
-        )
+    server = ConvoyServer(repository, log_path).start()
     try:
-        grpc_port, metrics_port = _wait_serving(process, log_path)
-        with contextlib.closing(grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")) as c:
+        with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as c:
             inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
             for tensor in inputs:
                 tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
             result = c.infer("simple", inputs)
             assert result.as_numpy("OUTPUT0").tolist() == [[2.0] * 16]
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             page = response.read().decode("utf-8")
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(STOP_TIMEOUT_S) == 0, log_path.read_text(errors="replace")
+        assert server.stop() == 0, server.log()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        server.kill()
     # The one inference reached the per-model histograms, so the scrape saw real samples.
     assert 'convoy_inference_batch_size_bucket{le="1",model="simple",version="1"} 1' in page
     return dict(re.findall(r"^# TYPE (\S+) (\S+)$", page, flags=re.MULTILINE))
-
-
-def _wait_serving(process: subprocess.Popen[bytes], log_path: Path) -> tuple[int, int]:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        log = log_path.read_text(encoding="utf-8", errors="replace")
-        found = SERVING_LINE.search(log)
-        if found:
-            return int(found.group(1)), int(found.group(2))
-        if process.poll() is not None:
-            pytest.fail(f"server exited with {process.returncode} before serving; log:\n{log}")
-        time.sleep(0.05)
-    pytest.fail(f"server did not log its serving line within {START_TIMEOUT_S} s")
 
 
 def test_dashboard_queries_name_only_exported_metrics(exported_families: dict[str, str]) -> None:

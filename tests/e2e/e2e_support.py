@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -393,6 +394,28 @@ def simple_inputs(
     a = sample_array(datatype, (batch, 16), seed, extremes=False)
     b = sample_array(datatype, (batch, 16), seed + 1, extremes=False)
     return [infer_input("INPUT0", a, datatype), infer_input("INPUT1", b, datatype)], a, b
+
+
+SIMPLE_BYTES = 16 * 4  # one FP32 [1, 16] tensor of `simple`
+
+
+def shm_inputs(client: Any, region: str, second_offset: int = SIMPLE_BYTES) -> list[Any]:
+    """`simple`'s INPUT0 and INPUT1 ([1, 16] FP32) at offsets 0 and `second_offset` of a shared
+    memory region; `client` is tritonclient.grpc or tritonclient.http (they take it alike)."""
+    first = client.InferInput("INPUT0", [1, 16], "FP32")
+    first.set_shared_memory(region, SIMPLE_BYTES)
+    second = client.InferInput("INPUT1", [1, 16], "FP32")
+    second.set_shared_memory(region, SIMPLE_BYTES, offset=second_offset)
+    return [first, second]
+
+
+def shm_outputs(client: Any, region: str, byte_size: int = SIMPLE_BYTES) -> list[Any]:
+    """`simple`'s OUTPUT0 and OUTPUT1 written at offsets 0 and SIMPLE_BYTES of a region, with
+    `byte_size` bytes given to each."""
+    outputs = [client.InferRequestedOutput(name) for name in ("OUTPUT0", "OUTPUT1")]
+    outputs[0].set_shared_memory(region, byte_size)
+    outputs[1].set_shared_memory(region, byte_size, offset=SIMPLE_BYTES)
+    return outputs
 
 
 def raw_tensor(

@@ -19,14 +19,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from e2e_support import ConvoyServer, StartServer
+from e2e_support import SIMPLE_BYTES as BYTES
+from e2e_support import ConvoyServer, StartServer, shm_inputs, shm_outputs
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from backends import cuda_available
 from scripts import models
-
-BYTES = 16 * 4  # one FP32 [1, 16] tensor of `simple`
 
 
 def http_client(server: ConvoyServer) -> httpclient.InferenceServerClient:
@@ -86,24 +85,6 @@ def regions(http: httpclient.InferenceServerClient) -> Iterator[tuple[str, dict[
         shm.destroy_shared_memory_region(handle)
 
 
-def shm_inputs(tag: str, offset_1: int = BYTES) -> list[httpclient.InferInput]:
-    first = httpclient.InferInput("INPUT0", [1, 16], "FP32")
-    first.set_shared_memory(f"in_{tag}", BYTES)
-    second = httpclient.InferInput("INPUT1", [1, 16], "FP32")
-    second.set_shared_memory(f"in_{tag}", BYTES, offset=offset_1)
-    return [first, second]
-
-
-def shm_outputs(tag: str, byte_size: int = BYTES) -> list[httpclient.InferRequestedOutput]:
-    outputs = [
-        httpclient.InferRequestedOutput("OUTPUT0"),
-        httpclient.InferRequestedOutput("OUTPUT1"),
-    ]
-    outputs[0].set_shared_memory(f"out_{tag}", byte_size)
-    outputs[1].set_shared_memory(f"out_{tag}", byte_size, offset=BYTES)
-    return outputs
-
-
 def test_inputs_and_outputs_through_shared_memory_over_http(
     http: httpclient.InferenceServerClient, regions: tuple[str, dict[str, Any]]
 ) -> None:
@@ -111,7 +92,8 @@ def test_inputs_and_outputs_through_shared_memory_over_http(
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 3, np.float32)
     shm.set_shared_memory_region(handles["in"], [a, b])
-    result = http.infer("simple", shm_inputs(tag), outputs=shm_outputs(tag))
+    requested = shm_outputs(httpclient, f"out_{tag}")
+    result = http.infer("simple", shm_inputs(httpclient, f"in_{tag}"), outputs=requested)
     outputs = result.get_response()["outputs"]
     # As Triton's: the outputs written to shared memory are not in the body.
     assert outputs == [
@@ -125,7 +107,7 @@ def test_inputs_and_outputs_through_shared_memory_over_http(
     # One shared memory input beside a binary one, and the outputs in the body.
     second = httpclient.InferInput("INPUT1", [1, 16], "FP32")
     second.set_data_from_numpy(np.ones((1, 16), np.float32))
-    mixed = http.infer("simple", [shm_inputs(tag)[0], second])
+    mixed = http.infer("simple", [shm_inputs(httpclient, f"in_{tag}")[0], second])
     np.testing.assert_array_equal(mixed.as_numpy("OUTPUT0"), a + 1)
 
     status = {region["name"]: region for region in http.get_system_shared_memory_status()}
@@ -169,14 +151,13 @@ def test_shared_memory_faults_are_bad_requests_and_the_server_goes_on(
     regions: tuple[str, dict[str, Any]],
 ) -> None:
     tag, handles = regions
-    beyond = error_of(http.infer, "simple", shm_inputs(tag, offset_1=BYTES + 4))
+    beyond = error_of(http.infer, "simple", shm_inputs(httpclient, f"in_{tag}", BYTES + 4))
     assert (beyond.status(), "fall outside" in beyond.message()) == ("400", True)
-    unknown = error_of(http.infer, "simple", shm_inputs("nope"))
+    unknown = error_of(http.infer, "simple", shm_inputs(httpclient, "in_nope"))
     assert unknown.status() == "400"
     assert "Unable to find shared memory region: 'in_nope'" in unknown.message()
-    too_small = error_of(
-        http.infer, "simple", shm_inputs(tag), outputs=shm_outputs(tag, byte_size=BYTES // 2)
-    )
+    half = shm_outputs(httpclient, f"out_{tag}", BYTES // 2)
+    too_small = error_of(http.infer, "simple", shm_inputs(httpclient, f"in_{tag}"), outputs=half)
     assert (too_small.status(), "needs 64 bytes" in too_small.message()) == ("400", True)
     for call, args in (
         (http.get_system_shared_memory_status, ("nope",)),
@@ -189,7 +170,7 @@ def test_shared_memory_faults_are_bad_requests_and_the_server_goes_on(
     assert (status, "byte_size" in json.loads(body)["error"]) == (400, True)
 
     shm.set_shared_memory_region(handles["in"], [np.ones((1, 16), np.float32)] * 2)
-    result = http.infer("simple", shm_inputs(tag))  # still serving
+    result = http.infer("simple", shm_inputs(httpclient, f"in_{tag}"))  # still serving
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 16), 2, np.float32))
 
 

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from e2e_support import ConvoyServer
+from e2e_support import SIMPLE_BYTES as BYTES
+from e2e_support import ConvoyServer, shm_inputs, shm_outputs
 from tritonclient.utils import InferenceServerException
-
-BYTES = 16 * 4  # one FP32 [1, 16] tensor
 
 
 @pytest.fixture
@@ -34,26 +33,13 @@ def regions(convoy: ConvoyServer) -> Iterator[tuple[grpcclient.InferenceServerCl
     client.close()
 
 
-def _inputs(tag: str, offset_1: int = BYTES) -> list[grpcclient.InferInput]:
-    first = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
-    first.set_shared_memory(f"in_{tag}", BYTES)
-    second = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
-    second.set_shared_memory(f"in_{tag}", BYTES, offset=offset_1)
-    return [first, second]
-
-
 def test_inputs_and_outputs_through_shared_memory(regions: tuple) -> None:
     client, tag, handles = regions
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 3, np.float32)
     shm.set_shared_memory_region(handles["in"], [a, b])
-    outputs = [
-        grpcclient.InferRequestedOutput("OUTPUT0"),
-        grpcclient.InferRequestedOutput("OUTPUT1"),
-    ]
-    outputs[0].set_shared_memory(f"out_{tag}", BYTES)
-    outputs[1].set_shared_memory(f"out_{tag}", BYTES, offset=BYTES)
-    result = client.infer("simple", _inputs(tag), outputs=outputs)
+    outputs = shm_outputs(grpcclient, f"out_{tag}")
+    result = client.infer("simple", shm_inputs(grpcclient, f"in_{tag}"), outputs=outputs)
     assert [o.name for o in result.get_response().outputs] == ["OUTPUT0", "OUTPUT1"]
     total = shm.get_contents_as_numpy(handles["out"], np.float32, [2, 16])
     np.testing.assert_array_equal(total[0], (a + b)[0])
@@ -67,8 +53,7 @@ def test_a_shared_memory_input_beside_a_raw_one(regions: tuple) -> None:
     client, tag, handles = regions
     a = np.ones((1, 16), np.float32)
     shm.set_shared_memory_region(handles["in"], [a])
-    first = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
-    first.set_shared_memory(f"in_{tag}", BYTES)
+    first = shm_inputs(grpcclient, f"in_{tag}")[0]
     second = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
     second.set_data_from_numpy(np.full((1, 16), 2, np.float32))
     result = client.infer("simple", [first, second])
@@ -78,11 +63,12 @@ def test_a_shared_memory_input_beside_a_raw_one(regions: tuple) -> None:
 def test_out_of_bounds_and_unknown_regions_are_refused(regions: tuple) -> None:
     client, tag, _ = regions
     with pytest.raises(InferenceServerException) as beyond:
-        client.infer("simple", _inputs(tag, offset_1=BYTES + 4))  # ends 4 bytes past the region
+        # INPUT1 ends 4 bytes past the region.
+        client.infer("simple", shm_inputs(grpcclient, f"in_{tag}", BYTES + 4))
     assert beyond.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "fall outside" in beyond.value.message()
     with pytest.raises(InferenceServerException) as unknown:
-        client.infer("simple", _inputs("nope"))
+        client.infer("simple", shm_inputs(grpcclient, "in_nope"))
     assert unknown.value.status() == "StatusCode.NOT_FOUND"
     assert "Unable to find shared memory region: 'in_nope'" in unknown.value.message()
     with pytest.raises(InferenceServerException) as too_big:

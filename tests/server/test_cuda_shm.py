@@ -28,7 +28,7 @@ from server.grpc import codec as grpc_codec
 from server.http import codec as http_codec
 from server.regions import SharedMemory
 from server.shm import SharedMemoryRegistry, check_bounds, check_fits
-from tests.e2e.e2e_support import ConvoyServer
+from tests.e2e.e2e_support import ConvoyServer, shm_inputs, shm_outputs
 
 CUDA = cuda_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a GPU, onnxruntime-gpu and CuPy")
@@ -201,23 +201,6 @@ class DeviceRegion:
         self.runtime.free(self.address)
 
 
-def _cuda_inputs(client: Any, region: str) -> list[Any]:
-    """INPUT0 and INPUT1 at offsets 0 and BYTES of `region`; `client` is tritonclient.grpc or
-    tritonclient.http (their InferInputs take shared memory alike)."""
-    first = client.InferInput("INPUT0", [1, 16], "FP32")
-    first.set_shared_memory(region, BYTES)
-    second = client.InferInput("INPUT1", [1, 16], "FP32")
-    second.set_shared_memory(region, BYTES, offset=BYTES)
-    return [first, second]
-
-
-def _cuda_outputs(client: Any, region: str) -> list[Any]:
-    outputs = [client.InferRequestedOutput(name) for name in ("OUTPUT0", "OUTPUT1")]
-    outputs[0].set_shared_memory(region, BYTES)
-    outputs[1].set_shared_memory(region, BYTES, offset=BYTES)
-    return outputs
-
-
 @dataclass(frozen=True)
 class Protocol:
     """What differs between tritonclient's gRPC and HTTP clients in the round trips below."""
@@ -280,8 +263,8 @@ def test_cuda_regions_carry_inputs_and_outputs(
         expected = {"in": 2 * BYTES, "out": 2 * BYTES}
         assert protocol.regions(client) == expected
         assert other.regions(observer) == expected
-        requested = _cuda_outputs(protocol.client, "out")
-        result = client.infer(model, _cuda_inputs(protocol.client, "in"), outputs=requested)
+        requested = shm_outputs(protocol.client, "out")
+        result = client.infer(model, shm_inputs(protocol.client, "in"), outputs=requested)
         # As Triton's: an output written to a region answers only its name, type and shape.
         answered = protocol.outputs(result)
         assert [o["name"] for o in answered] == ["OUTPUT0", "OUTPUT1"]
@@ -292,9 +275,7 @@ def test_cuda_regions_carry_inputs_and_outputs(
             outputs.get(np.float32, (2, 16)), np.concatenate([a + b, a - b])
         )
         with pytest.raises(InferenceServerException) as beyond:
-            bad = _cuda_inputs(protocol.client, "in")
-            bad[1].set_shared_memory("in", BYTES, offset=BYTES + 4)
-            client.infer(model, bad)
+            client.infer(model, shm_inputs(protocol.client, "in", BYTES + 4))
         assert beyond.value.status() == protocol.invalid
         assert "fall outside" in beyond.value.message()
         with pytest.raises(InferenceServerException) as twice:
@@ -309,7 +290,7 @@ def test_cuda_regions_carry_inputs_and_outputs(
         assert protocol.regions(client) == {}
         assert other.regions(observer) == {}
         with pytest.raises(InferenceServerException) as gone:
-            client.infer(model, _cuda_inputs(protocol.client, "in"))
+            client.infer(model, shm_inputs(protocol.client, "in"))
         assert gone.value.status() == protocol.not_found
         assert "Unable to find shared memory region: 'in'" in gone.value.message()
     inputs.free()
@@ -333,7 +314,7 @@ def test_tritonclients_cuda_shared_memory_utilities_work(gpu_server: ConvoyServe
         for name, handle in handles.items():
             raw = cudashm.get_raw_handle(handle)
             client.register_cuda_shared_memory(f"tc_{name}", raw, 0, 2 * BYTES)
-        inputs, outputs = _cuda_inputs(grpcclient, "tc_in"), _cuda_outputs(grpcclient, "tc_out")
+        inputs, outputs = shm_inputs(grpcclient, "tc_in"), shm_outputs(grpcclient, "tc_out")
         client.infer("simple_gpu", inputs, outputs=outputs)
         total = cudashm.get_contents_as_numpy(handles["out"], np.float32, [2, 16])
         np.testing.assert_array_equal(total, np.concatenate([a + b, a - b]))
