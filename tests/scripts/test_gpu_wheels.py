@@ -34,7 +34,8 @@ def test_a_missing_or_corrupt_part_is_reported(tmp_path: Path) -> None:
     out = tmp_path / "wheels"
     gpu_wheels.pack([source / "big.whl"], out, part_bytes=1000)
     part = next(out.glob("run*/big.whl.part001"))
-    part.write_bytes(b"x" + part.read_bytes()[1:])
+    data = part.read_bytes()
+    part.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])  # always a different first byte
     assert gpu_wheels.reassemble(out) == 1
     part.unlink()
     assert gpu_wheels.reassemble(out) == 1
