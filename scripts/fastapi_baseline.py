@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from backends import OrtSettings
 from proto.model_config_pb2 import ModelConfig
-from server.repository import read_config
+from server.core.repository import read_config
 
 JSON = "application/json"
 

@@ -1,8 +1,6 @@
-"""Convoy's server: the composition root and the gRPC and HTTP edges; the only package importing
-grpc or aiohttp."""
+"""Convoy's server: the composition root (`cli`, `app`, `settings`) over three layers, each a
+package: `contract` (what a front-end process and the core share and send each other), `frontend`
+(the gRPC and HTTP edges) and `core` (repository, schedulers, instances, statistics). Importing
+this package loads none of them."""
 
-from server.app import App
-from server.cli import main
-from server.settings import ServerSettings
-
-__all__ = ["App", "ServerSettings", "main"]
+__all__: list[str] = []

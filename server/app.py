@@ -16,18 +16,18 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from backends import cuda_available
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
-from server.cuda_shm import CudaSharedMemoryRegistry
-from server.engine import Engine
-from server.errors import ModelLoadFailedError, ServerError
-from server.grpc import InferenceServicer
-from server.http import HttpFrontEnd
-from server.logs import LogControl
-from server.metrics import MetricsOptions, MetricsServer, StatsCollector
-from server.regions import SharedMemory
-from server.repository import MemoryBudget, Repository
+from server.contract.errors import ModelLoadFailedError, ServerError
+from server.contract.logs import LogControl
+from server.core.engine import Engine
+from server.core.metrics.prometheus import MetricsOptions, MetricsServer, StatsCollector
+from server.core.observability.tracing import RequestTracer
+from server.core.repository import MemoryBudget, Repository
+from server.core.shared_memory.cuda import CudaSharedMemoryRegistry
+from server.core.shared_memory.regions import SharedMemory
+from server.core.shared_memory.system import SharedMemoryRegistry
+from server.frontend.grpc import InferenceServicer
+from server.frontend.http import HttpFrontEnd
 from server.settings import ModelControlMode, ServerSettings
-from server.shm import SharedMemoryRegistry
-from server.tracing import RequestTracer
 
 _log = logging.getLogger(__name__)
 

@@ -14,17 +14,12 @@ from pathlib import Path
 import uvloop
 
 from server.app import App, convoy_version
-from server.errors import ServerError
-from server.grpc import RESTRICTABLE_GROUPS
-from server.logs import LogControl, LogState
-from server.repository import DEFAULT_MAX_BATCH_SIZE, AutoComplete, auto_limit_bytes
-from server.settings import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    ModelControlMode,
-    RestrictedProtocol,
-    ServerSettings,
-)
-from server.tracing import TraceSettings
+from server.contract.errors import ServerError
+from server.contract.logs import LogControl, LogState
+from server.contract.settings import RestrictedProtocol, TraceSettings
+from server.core.repository import DEFAULT_MAX_BATCH_SIZE, AutoComplete, auto_limit_bytes
+from server.frontend.grpc import RESTRICTABLE_GROUPS
+from server.settings import DEFAULT_MAX_MESSAGE_BYTES, ModelControlMode, ServerSettings
 
 _log = logging.getLogger("convoy")
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from server.logs import LogState
-from server.repository import AutoComplete
-from server.tracing import TraceSettings
+from server.contract.logs import LogState
+from server.contract.settings import RestrictedProtocol, TraceSettings
+from server.core.repository import AutoComplete
 
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -20,16 +20,6 @@ class ModelControlMode(Enum):
     NONE = "none"  # load everything at start; no changes afterwards
     POLL = "poll"  # load everything, then apply repository changes every poll interval
     EXPLICIT = "explicit"  # load what --load-model names; then only through the API
-
-
-@dataclass(frozen=True, slots=True)
-class RestrictedProtocol:
-    """Protocol groups that need a header with a given value (Triton's
-    --grpc-restricted-protocol and --http-restricted-api)."""
-
-    groups: frozenset[str]  # e.g. {"model-repository"}
-    header: str  # lower-case gRPC metadata key or HTTP header name
-    value: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,19 @@ PACKAGES = [
     "backends",
     "batching",
     "server",
-    "server.grpc",
-    "server.http",
-    "server.repository",
+    "server.contract",
+    "server.frontend",
+    "server.frontend.grpc",
+    "server.frontend.http",
+    "server.core",
+    "server.core.repository",
+    "server.core.serving",
+    "server.core.serving.ensemble",
+    "server.core.shared_memory",
+    "server.core.observability",
+    "server.core.metrics",
+    "backends.onnxruntime",
+    "backends.python",
 ]
 
 

@@ -10,7 +10,7 @@ from onnx import TensorProto
 from backends import InvalidTensorError, ModelLoadError, OrtInstance, OrtSettings
 from proto import model_config_pb2 as mc
 from scripts import models
-from server.repository import parse_config
+from server.core.repository import parse_config
 
 
 def _save(tmp_path: Path, model: onnx.ModelProto) -> Path:

@@ -16,7 +16,7 @@ from batching import (
     Parameters,
     TensorMap,
 )
-from server.repository import parse_config
+from server.core.repository import parse_config
 
 # No dynamic_batching: one request per execution, as Triton's default scheduler.
 ONE_BY_ONE = BatchPolicy.from_config(parse_config('name: "m" max_batch_size: 8', "inline"))

@@ -3,7 +3,7 @@
 import pytest
 
 from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
-from server.repository import parse_config
+from server.core.repository import parse_config
 
 MS = 1_000_000  # nanoseconds
 

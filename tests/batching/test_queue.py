@@ -3,7 +3,7 @@
 import pytest
 
 from batching import BatchPolicy, Candidate, Queued, QueueFullError, RequestQueue
-from server.repository import parse_config
+from server.core.repository import parse_config
 
 
 def make_queue(batching: str) -> RequestQueue:

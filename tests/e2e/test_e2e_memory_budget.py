@@ -20,7 +20,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
-from server.repository import footprint_bytes, parse_config
+from server.core.repository import footprint_bytes, parse_config
 
 NAMES = ("first", "second", "third")
 

@@ -21,13 +21,13 @@ from tritonclient.utils import InferenceServerException
 from backends import cuda_available
 from proto import grpc_service_pb2 as pb
 from scripts import models
-from server.cuda_shm import CudaSharedMemoryRegistry
-from server.datatypes import BY_WIRE
-from server.errors import InvalidInputError, RegionNotFoundError, UnsupportedError
-from server.grpc import codec as grpc_codec
-from server.http import codec as http_codec
-from server.regions import SharedMemory
-from server.shm import SharedMemoryRegistry, check_bounds, check_fits
+from server.contract.datatypes import BY_WIRE
+from server.contract.errors import InvalidInputError, RegionNotFoundError, UnsupportedError
+from server.core.shared_memory.cuda import CudaSharedMemoryRegistry
+from server.core.shared_memory.regions import SharedMemory
+from server.core.shared_memory.system import SharedMemoryRegistry, check_bounds, check_fits
+from server.frontend.grpc import codec as grpc_codec
+from server.frontend.http import codec as http_codec
 from tests.e2e.e2e_support import ConvoyServer, shm_inputs, shm_outputs
 
 CUDA = cuda_available()

@@ -3,9 +3,9 @@
 import pytest
 
 from proto import model_config_pb2 as mc
-from server.ensemble import composing_models, plan_ensemble
-from server.errors import ConfigError
-from server.repository import parse_config
+from server.contract.errors import ConfigError
+from server.core.repository import parse_config
+from server.core.serving.ensemble import composing_models, plan_ensemble
 
 MODELS = {
     "pre": 'name: "pre" max_batch_size: 8 input [{name: "RAW" data_type: TYPE_STRING dims: [1]}] '

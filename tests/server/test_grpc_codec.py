@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from proto import grpc_service_pb2 as pb
-from server.datatypes import BY_WIRE, decode_raw, encode_bytes, encode_raw
-from server.errors import InvalidInputError
-from server.grpc.codec import decode_inputs
-from server.regions import SharedMemory
+from server.contract.datatypes import BY_WIRE, decode_raw, encode_bytes, encode_raw
+from server.contract.errors import InvalidInputError
+from server.core.shared_memory.regions import SharedMemory
+from server.frontend.grpc.codec import decode_inputs
 
 FIXED_TYPES = {
     "BOOL": np.array([[True, False], [False, True]]),

@@ -2,8 +2,8 @@
 
 import grpc
 
-from server.errors import ModelNotFoundError, ServerStoppingError
-from server.grpc import ERROR_BASES, STATUS_CODES, status_for
+from server.contract.errors import ModelNotFoundError, ServerStoppingError
+from server.frontend.grpc import ERROR_BASES, STATUS_CODES, status_for
 
 
 def _leaves(cls: type[Exception]) -> list[type[Exception]]:

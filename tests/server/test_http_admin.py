@@ -6,15 +6,20 @@ import base64
 
 import pytest
 
-from server.engine import Engine
-from server.errors import InvalidInputError
-from server.grpc import RESTRICTABLE_GROUPS
-from server.http import HttpFrontEnd
-from server.http.admin import cuda_register_request, log_changes, register_request, trace_json
-from server.regions import SharedMemory
-from server.repository import Repository
-from server.shm import SharedMemoryRegistry
-from server.tracing import TraceSettings
+from server.contract.errors import InvalidInputError
+from server.contract.settings import TraceSettings
+from server.core.engine import Engine
+from server.core.repository import Repository
+from server.core.shared_memory.regions import SharedMemory
+from server.core.shared_memory.system import SharedMemoryRegistry
+from server.frontend.grpc import RESTRICTABLE_GROUPS
+from server.frontend.http import HttpFrontEnd
+from server.frontend.http.admin import (
+    cuda_register_request,
+    log_changes,
+    register_request,
+    trace_json,
+)
 
 
 def test_register_body_as_triton_reads_it() -> None:

@@ -11,9 +11,8 @@ import pytest
 
 from proto import grpc_service_pb2 as pb
 from proto import message_json
-from server.datatypes import BY_WIRE, encode_raw
-from server.engine import InferOutput, InferResponse
-from server.errors import (
+from server.contract.datatypes import BY_WIRE, encode_raw
+from server.contract.errors import (
     InvalidInputError,
     ModelNotFoundError,
     RegionNotFoundError,
@@ -21,8 +20,12 @@ from server.errors import (
     ServerStoppingError,
     UnsupportedError,
 )
-from server.http import http_status_for
-from server.http.codec import (
+from server.contract.model_io import TensorSpec
+from server.contract.responses import InferOutput, InferResponse
+from server.core.shared_memory.regions import SharedMemory
+from server.core.shared_memory.system import SharedMemoryRegistry
+from server.frontend.http import http_status_for
+from server.frontend.http.codec import (
     decode_inputs,
     encode_response,
     infer_options,
@@ -30,9 +33,6 @@ from server.http.codec import (
     requested_outputs,
     split_body,
 )
-from server.inference import TensorSpec
-from server.regions import SharedMemory
-from server.shm import SharedMemoryRegistry
 
 
 def _fp32(name: str, shape: list[int], **extra: object) -> dict[str, object]:

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from server.datatypes import BY_WIRE
-from server.engine import InferOutput, InferResponse
-from server.errors import InvalidInputError
-from server.http.generate import event, generate_answer, generate_inputs, tensor_shape
-from server.inference import ModelIO, TensorSpec
+from server.contract.datatypes import BY_WIRE
+from server.contract.errors import InvalidInputError
+from server.contract.model_io import ModelIO, TensorSpec
+from server.contract.responses import InferOutput, InferResponse
+from server.frontend.http.generate import event, generate_answer, generate_inputs, tensor_shape
 
 
 def _io(max_batch_size: int, **inputs: tuple[str, tuple[int, ...]]) -> ModelIO:

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from server.errors import InvalidInputError
-from server.inference import InferInput, ModelIO, check_request, model_parameters
-from server.repository import parse_config
+from server.contract.errors import InvalidInputError
+from server.contract.model_io import ModelIO, check_request
+from server.contract.requests import InferInput, model_parameters
+from server.core.repository import parse_config
 
 BATCHING = ModelIO.from_config(
     parse_config(

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.errors import InvalidInputError, UnsupportedError
-from server.logs import LogControl, LogState
+from server.contract.errors import InvalidInputError, UnsupportedError
+from server.contract.logs import LogControl, LogState
 
 
 @pytest.fixture

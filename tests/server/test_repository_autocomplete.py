@@ -4,8 +4,8 @@ import pytest
 
 from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
-from server.errors import ConfigError
-from server.repository import (
+from server.contract.errors import ConfigError
+from server.core.repository import (
     AutoComplete,
     autocomplete,
     check_backend,

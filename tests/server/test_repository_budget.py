@@ -1,6 +1,6 @@
 """The memory budget: footprints and which idle models LRU eviction picks."""
 
-from server.repository import (
+from server.core.repository import (
     Resident,
     auto_limit_bytes,
     choose_evictions,

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from proto import model_config_pb2 as mc
-from server.errors import ConfigError
-from server.repository import parse_config, read_config
+from server.contract.errors import ConfigError
+from server.core.repository import parse_config, read_config
 
 
 def test_parses_a_triton_config() -> None:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from server.errors import InvalidInputError
-from server.repository import check_name, directory_stamp
+from server.contract.errors import InvalidInputError
+from server.core.repository import check_name, directory_stamp
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../etc", "a/b", "a\\b", ".hidden", "x\0y"])

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from proto import model_config_pb2 as mc
-from server.errors import ConfigError
-from server.repository import list_versions, select_versions
+from server.contract.errors import ConfigError
+from server.core.repository import list_versions, select_versions
 
 
 def test_lists_numeric_directories_only(tmp_path: Path) -> None:

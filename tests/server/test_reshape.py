@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from server.errors import ConfigError, InvalidInputError
-from server.repository import parse_config
-from server.reshape import Reshape
+from server.contract.errors import ConfigError, InvalidInputError
+from server.core.repository import parse_config
+from server.core.serving.reshape import Reshape
 
 CONFIG = parse_config(
     'name: "m" max_batch_size: 8 '

@@ -1,0 +1,80 @@
+"""One inference request as a front end decoded it, whatever the wire protocol: its inputs,
+the outputs asked for and its options (priority, timeout, the model's parameters)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy.typing as npt
+
+from server.contract.errors import InvalidInputError
+
+ParameterValue = bool | int | float | str  # one request parameter's value
+Parameters = Mapping[str, ParameterValue]  # the parameters a model receives
+
+
+@dataclass(frozen=True, slots=True)
+class InferOptions:
+    """A request's parameters: the two the scheduler reads (Triton's reserved `priority` and
+    `timeout`) and the others, which go to the model (a Python model's `request.parameters()`);
+    for a request built in the server, whether its outputs may stay in device memory."""
+
+    priority: int = 0  # 0: the model's default priority level; 1 is the highest
+    timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
+    parameters: Parameters = field(default_factory=dict)
+    device_outputs: bool = False  # an ensemble step whose consumers all compute on a device
+
+
+# Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.
+RESERVED_PARAMETERS = frozenset(
+    {
+        "priority",
+        "timeout",
+        "binary_data_output",
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "headers",
+    }
+)
+
+
+def model_parameters(items: Iterable[tuple[str, object]]) -> dict[str, ParameterValue]:
+    """The request parameters that reach the model: all but the reserved ones, each a boolean,
+    number or string."""
+    chosen: dict[str, ParameterValue] = {}
+    for key, value in items:
+        if key in RESERVED_PARAMETERS or key.startswith("triton_"):
+            continue
+        if not isinstance(value, bool | int | float | str):
+            raise InvalidInputError(
+                f"request parameter '{key}' must be a boolean, number or string, got "
+                f"{type(value).__name__}"
+            )
+        chosen[key] = value
+    return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    """One request as a front end decoded it, whatever the wire protocol."""
+
+    model: str
+    version: str  # "" serves the newest ready version
+    inputs: Sequence[InferInput]
+    outputs: Sequence[str]  # the outputs asked for; empty: all of them
+    options: InferOptions
+    request_id: str = ""
+    carrier: Mapping[str, str] | None = None  # trace headers, when tracing is on
+
+
+@dataclass(frozen=True, slots=True)
+class InferInput:
+    """One input tensor as the client sent it, already decoded from the wire."""
+
+    name: str
+    datatype: str  # wire name, e.g. "FP32"
+    shape: tuple[int, ...]
+    array: npt.NDArray[Any]

@@ -1,0 +1,85 @@
+"""Settings both kinds of process read: which protocol groups need a header, and how requests are
+traced (Triton's --trace-config), with the headers that carry a trace context."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from server.contract.errors import ConfigError
+
+TRACE_HEADERS = ("traceparent", "tracestate")  # W3C trace context in gRPC metadata
+
+
+@dataclass(frozen=True, slots=True)
+class RestrictedProtocol:
+    """Protocol groups that need a header with a given value (Triton's
+    --grpc-restricted-protocol and --http-restricted-api)."""
+
+    groups: frozenset[str]  # e.g. {"model-repository"}
+    header: str  # lower-case gRPC metadata key or HTTP header name
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """Triton's --trace-config settings (OpenTelemetry mode) and the OTLP exporter's."""
+
+    level: str = "OFF"  # OFF or TIMESTAMPS
+    rate: int = 1000  # trace one request in `rate` (0: only requests that carry a context)
+    count: int = -1  # how many requests to trace; -1 unlimited
+    endpoint: str | None = None  # `url`; None: the exporter reads OTEL_EXPORTER_OTLP_*ENDPOINT
+    protocol: str = "http/protobuf"  # or "grpc" (OTEL_EXPORTER_OTLP_*PROTOCOL)
+    resource: Mapping[str, str] = field(default_factory=dict)
+    bsp: Mapping[str, int] = field(default_factory=dict)  # batch span processor settings
+
+    @property
+    def enabled(self) -> bool:
+        return self.level != "OFF"
+
+    @classmethod
+    def parse(cls, entries: Sequence[str], environment: Mapping[str, str]) -> TraceSettings:
+        """From `--trace-config` entries ("rate=1", "opentelemetry,url=...") and OTEL_ vars."""
+        values: dict[str, str] = {}
+        resource: dict[str, str] = {}
+        bsp: dict[str, int] = {}
+        for entry in entries:
+            section, _, setting = entry.rpartition(",")
+            key, _, value = setting.partition("=")
+            if section not in ("", "opentelemetry") or not key or not value:
+                raise ConfigError(f"--trace-config '{entry}': expected [opentelemetry,]KEY=VALUE")
+            if key == "resource":
+                name, _, attribute = value.partition("=")
+                resource[name] = attribute
+            elif key.startswith("bsp_"):
+                bsp[key] = _int(entry, value)
+            else:
+                values[key] = value
+        mode = values.pop("mode", "opentelemetry")
+        if mode != "opentelemetry":
+            raise ConfigError(f"--trace-config mode={mode}: only opentelemetry is supported")
+        level = values.pop("level", "OFF").upper()
+        if level not in ("OFF", "TIMESTAMPS"):
+            raise ConfigError(f"--trace-config level={level}: use OFF or TIMESTAMPS")
+        settings = cls(
+            level=level,
+            rate=_int("rate", values.pop("rate", "1000")),
+            count=_int("count", values.pop("count", "-1")),
+            endpoint=values.pop("url", None),
+            protocol=environment.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            or environment.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            resource=resource,
+            bsp=bsp,
+        )
+        if values:
+            raise ConfigError(f"--trace-config: unknown setting(s) {sorted(values)}")
+        if settings.protocol not in ("grpc", "http/protobuf"):
+            raise ConfigError(f"OTLP protocol '{settings.protocol}': use grpc or http/protobuf")
+        return settings
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--trace-config {name}: expected an integer, got '{value}'") from None

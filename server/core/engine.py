@@ -1,0 +1,245 @@
+"""`Engine`: the one call the front ends make per request, independent of the wire protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from backends import BackendError
+from batching import InFlight, RequestResult
+from server.contract.errors import (
+    ModelLoadFailedError,
+    ModelNotReadyError,
+    ServerStoppingError,
+    UnsupportedError,
+)
+from server.contract.model_io import check_request
+from server.contract.requests import InferRequest
+from server.contract.responses import InferOutput, InferResponse
+from server.core.observability.tracing import RequestTracer, TracedRequest
+from server.core.repository import ModelVersion, Repository
+from server.core.serving.ensemble import EnsembleResult
+from server.core.serving.submit import submit
+
+_log = logging.getLogger(__name__)
+
+
+class Engine:
+    """Routes requests to model versions, tracks requests in flight, and refuses when stopping."""
+
+    def __init__(
+        self,
+        repository: Repository,
+        strict_readiness: bool = True,
+        lazy_load_timeout_s: float | None = None,
+        tracer: RequestTracer | None = None,
+    ) -> None:
+        self.repository = repository
+        self._tracer = tracer
+        self._strict_readiness = strict_readiness
+        self._lazy_load_timeout_s = lazy_load_timeout_s  # None: evicted models stay unloaded
+        self._stopping = False
+        self._in_flight = InFlight()
+
+    async def start(self) -> None:
+        self._in_flight.start()
+
+    @property
+    def tracing(self) -> bool:
+        """Whether requests may be traced (front ends then pass their trace headers)."""
+        return self._tracer is not None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def ready(self) -> bool:
+        if self._stopping:
+            return False
+        return self.repository.all_ready() if self._strict_readiness else True
+
+    def stop_accepting(self) -> None:
+        """From now on readiness is false and new requests get UNAVAILABLE."""
+        self._stopping = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait (bounded) for the requests in flight; True if all finished."""
+        return await self._in_flight.wait_idle(timeout_s)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Serve one request; its `carrier` holds its trace headers when tracing is on."""
+        return await self._infer(request, None)
+
+    async def _infer(self, request: InferRequest, target: ModelVersion | None) -> InferResponse:
+        # `target`: the version, when the caller has looked it up already (None: look it up).
+        if self._stopping:
+            raise ServerStoppingError("Server is stopping and accepts no new requests")
+        traced = self._tracer is not None and self._tracer.wants(request.carrier)
+        if not traced and not _log.isEnabledFor(logging.DEBUG):
+            target, result = await self._run(request, target)
+            return _response(target, result.outputs, request.outputs)
+        wall_offset_ns = time.time_ns() - time.monotonic_ns()
+        arrived_ns = time.monotonic_ns()
+        try:
+            target, result = await self._run(request, target)
+        except BaseException as exc:  # logged and traced, then raised as it is
+            done_ns = time.monotonic_ns()
+            _log.debug(
+                "request model=%s version=%s id=%s status=%s duration_us=%d error=%r",
+                request.model,
+                request.version or "-",
+                request.request_id,
+                type(exc).__name__,
+                (done_ns - arrived_ns) // 1000,
+                str(exc),
+            )
+            if traced and self._tracer is not None:
+                self._tracer.record(
+                    TracedRequest(
+                        request.model,
+                        0,
+                        request.request_id,
+                        arrived_ns + wall_offset_ns,
+                        done_ns + wall_offset_ns,
+                        error=str(exc),
+                    ),
+                    request.carrier,
+                )
+            raise
+        done_ns = time.monotonic_ns()
+        compute_ns = result.compute_input_ns + result.compute_infer_ns + result.compute_output_ns
+        _log.debug(
+            "request model=%s version=%d id=%s status=OK duration_us=%d queue_us=%d "
+            "compute_us=%d batch_size=%d instance=%s",
+            request.model,
+            target.version,
+            request.request_id,
+            (done_ns - arrived_ns) // 1000,
+            result.queue_ns // 1000,
+            compute_ns // 1000,
+            result.batch_size,
+            result.instance,
+        )
+        if traced and self._tracer is not None:
+            span_ns = (arrived_ns + wall_offset_ns, done_ns + wall_offset_ns)
+            self._tracer.record(
+                _traced(
+                    request.model,
+                    target.version,
+                    request.request_id,
+                    result,
+                    span_ns=span_ns,
+                    wall_offset_ns=wall_offset_ns,
+                ),
+                request.carrier,
+            )
+        return _response(target, result.outputs, request.outputs)
+
+    async def _run(
+        self, request: InferRequest, target: ModelVersion | None
+    ) -> tuple[ModelVersion, RequestResult]:
+        if target is None:
+            target = await self._target(request.model, request.version)
+        if target.router is not None:
+            raise UnsupportedError(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
+        arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
+        with self._in_flight.counted():
+            result = await submit(target, arrays, batch_size, request.options)
+        return target, result
+
+    async def infer_stream(
+        self, request: InferRequest
+    ) -> AsyncIterator[tuple[InferResponse | BackendError | None, bool]]:
+        """Serve one request of a stream: each response (None: a final flag alone) with whether
+        it is the last; a decoupled model may send any number, any other model exactly one."""
+        if self._stopping:
+            raise ServerStoppingError("Server is stopping and accepts no new requests")
+        target = await self._target(request.model, request.version)
+        if target.router is None:
+            yield await self._infer(request, target), True
+            return
+        arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
+        with self._in_flight.counted():
+            stream = target.router.stream(target, arrays, batch_size, request.options)
+            async for item in stream:
+                if item.error is not None:
+                    yield item.error, item.final
+                elif item.outputs is None:
+                    yield None, item.final
+                else:
+                    produced = item.outputs
+                    if target.reshape is not None:
+                        produced = target.reshape.to_config(produced)
+                    yield _response(target, produced, request.outputs), item.final
+
+    async def _target(self, model: str, version: str) -> ModelVersion:
+        try:
+            return self.repository.get(model, version)
+        except ModelNotReadyError:
+            if self._lazy_load_timeout_s is None or not self.repository.is_evicted(model):
+                raise
+        try:
+            await asyncio.wait_for(self.repository.ensure_loaded(model), self._lazy_load_timeout_s)
+        except TimeoutError:
+            raise ModelNotReadyError(
+                f"model '{model}' was evicted and did not load again within "
+                f"{self._lazy_load_timeout_s} s"
+            ) from None
+        except ModelLoadFailedError as exc:
+            raise ModelNotReadyError(
+                f"model '{model}' was evicted and failed to load: {exc}"
+            ) from exc
+        return self.repository.get(model, version)
+
+
+def _traced(
+    model: str,
+    version: int,
+    request_id: str,
+    result: RequestResult,
+    *,
+    span_ns: tuple[int, int],
+    wall_offset_ns: int,
+) -> TracedRequest:
+    """A finished request's spans (`span_ns`: its wall-clock start and end): its compute at the
+    end of that time, or, for an ensemble, one span per step."""
+    start_ns, end_ns = span_ns
+    if isinstance(result, EnsembleResult):
+        steps = tuple(
+            _traced(
+                step.model,
+                step.version,
+                request_id,
+                step.result,
+                span_ns=(step.start_ns + wall_offset_ns, step.end_ns + wall_offset_ns),
+                wall_offset_ns=wall_offset_ns,
+            )
+            for step in result.steps
+        )
+        return TracedRequest(model, version, request_id, start_ns, end_ns, steps=steps)
+    compute_ns = result.compute_input_ns + result.compute_infer_ns + result.compute_output_ns
+    return TracedRequest(
+        model,
+        version,
+        request_id,
+        start_ns,
+        end_ns,
+        end_ns - compute_ns,
+        end_ns,
+        result.batch_size,
+        result.instance,
+    )
+
+
+def _response(target: ModelVersion, produced: Any, requested: Sequence[str]) -> InferResponse:
+    names = requested or list(target.io.outputs)
+    return InferResponse(
+        target.name,
+        target.version,
+        [InferOutput(target.io.outputs[name], produced[name]) for name in names],
+    )

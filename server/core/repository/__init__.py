@@ -1,0 +1,51 @@
+"""The model repository: scanning, config parsing, auto-complete, versions and loaded models."""
+
+from server.core.repository._autocomplete import (
+    DEFAULT_MAX_BATCH_SIZE,
+    AutoComplete,
+    autocomplete,
+    fill_identity,
+)
+from server.core.repository._budget import (
+    MemoryBudget,
+    Resident,
+    auto_limit_bytes,
+    choose_evictions,
+    footprint_bytes,
+)
+from server.core.repository._config import parse_config, read_config
+from server.core.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
+from server.core.repository._repository import (
+    Repository,
+    check_name,
+    directory_stamp,
+    parse_version,
+)
+from server.core.repository._validate import check_backend, check_signature
+from server.core.repository._versions import list_versions, select_versions
+
+__all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "AutoComplete",
+    "MemoryBudget",
+    "ModelEntry",
+    "ModelState",
+    "ModelVersion",
+    "Repository",
+    "Resident",
+    "VersionStatus",
+    "auto_limit_bytes",
+    "autocomplete",
+    "check_backend",
+    "check_name",
+    "check_signature",
+    "choose_evictions",
+    "directory_stamp",
+    "fill_identity",
+    "footprint_bytes",
+    "list_versions",
+    "parse_config",
+    "parse_version",
+    "read_config",
+    "select_versions",
+]

@@ -1,0 +1,340 @@
+"""Building a model's versions: config, instances, warmup and a scheduler per version.
+
+A build never touches what is serving: it returns new versions (or the current ones, kept or
+resized in place when nothing else changed) for the repository to swap in. ONNX and Python
+models get instances and a dynamic batcher; an ensemble gets a step scheduler over its peers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends import (
+    BackendError,
+    Instance,
+    ModelCaller,
+    ModelSignature,
+    OrtSettings,
+    Placement,
+    PythonInstance,
+    PythonSettings,
+    cuda_device_count,
+    load_instance,
+    plan_placements,
+    prepare_inputs,
+)
+from batching import Batcher, BatchingError, BatchPolicy, Executor
+from proto import model_config_pb2 as mc
+from server.contract.errors import ConfigError, ServerError
+from server.contract.model_io import ModelIO
+from server.core.observability.stats import ModelStats
+from server.core.repository._autocomplete import (
+    DEFAULT_AUTO_COMPLETE,
+    PYTHON_BACKEND,
+    AutoComplete,
+    autocomplete,
+    fill_identity,
+)
+from server.core.repository._budget import footprint_bytes
+from server.core.repository._config import read_config
+from server.core.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
+from server.core.repository._validate import (
+    check_backend,
+    check_ensemble,
+    check_python_io,
+    check_signature,
+)
+from server.core.repository._versions import list_versions, select_versions
+from server.core.repository._warmup import Prepare, warm_up
+from server.core.serving.decoupled import DecoupledRouter
+from server.core.serving.ensemble import EnsembleScheduler, is_ensemble, plan_ensemble
+from server.core.serving.reshape import Reshape
+from server.core.serving.submit import model_caller
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Peers:
+    """The other models, as an ensemble sees them: at load (configs) and per request."""
+
+    config_of: Callable[[str], mc.ModelConfig | None]  # a ready model's effective config
+    resolve: Callable[[str, str], ModelVersion]  # (model, version "" = newest) -> ready version
+
+
+@dataclass(slots=True)
+class Built:
+    """The outcome of one build: the versions that are ready, and why the others are not."""
+
+    ready: dict[int, ModelVersion] = field(default_factory=dict)
+    statuses: list[VersionStatus] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[str]:
+        return [s.reason for s in self.statuses if s.state is ModelState.UNAVAILABLE]
+
+
+async def build_model(
+    name: str,
+    path: Path,
+    peers: Peers,
+    override: mc.ModelConfig | None = None,
+    current: Mapping[int, ModelVersion] | None = None,
+    completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
+) -> Built:
+    """Build the versions the policy selects; `current` ones are kept if nothing changed."""
+    built = Built()
+    try:
+        raw = override if override is not None else read_config(path) or mc.ModelConfig()
+        config = fill_identity(raw, name)
+        check_backend(config)
+        versions = select_versions(name, config.version_policy, list_versions(path))
+    except (ServerError, OSError) as exc:
+        built.statuses.append(VersionStatus(None, ModelState.UNAVAILABLE, str(exc)))
+        return built
+    if not versions:
+        reason = f"model '{name}': no version directory matches its version policy"
+        built.statuses.append(VersionStatus(None, ModelState.UNAVAILABLE, reason))
+        return built
+    for version in versions:
+        previous = (current or {}).get(version)
+        try:
+            if is_ensemble(config):
+                loaded = await _ensemble_version(config, version, peers)
+            else:
+                loaded = await _build_version(config, path, version, previous, peers, completion)
+        except (ServerError, BackendError, BatchingError, OSError) as exc:
+            built.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
+            continue
+        built.ready[version] = loaded
+        built.statuses.append(VersionStatus(version, ModelState.READY))
+    return built
+
+
+@dataclass(frozen=True, slots=True)
+class _Opening:
+    """Where a version's instances come from, and how its config is completed."""
+
+    path: Path  # the model directory
+    version: int
+    model_file: Path
+    placements: Sequence[Placement]  # an ONNX model's, one per instance; none for Python
+    caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
+    completion: AutoComplete  # what the model file may fill into the config
+
+
+async def _build_version(
+    config: mc.ModelConfig,
+    path: Path,
+    version: int,
+    previous: ModelVersion | None,
+    peers: Peers,
+    completion: AutoComplete,
+) -> ModelVersion:
+    model_file = path / str(version) / config.default_model_filename
+    if not model_file.is_file():
+        raise ConfigError(f"model '{config.name}' version {version}: '{model_file}' not found")
+    info = model_file.stat()
+    source = VersionSource(
+        config.SerializeToString(deterministic=True), (info.st_size, info.st_mtime_ns)
+    )
+    python = config.backend == PYTHON_BACKEND
+    # Planned from the config as written: the first instance opens before auto-complete.
+    placements = [] if python else plan_placements(config, cuda_device_count())
+    opening = _Opening(
+        path, version, model_file, placements, model_caller(peers.resolve), completion
+    )
+    if previous is not None:
+        if previous.source == source:
+            return previous
+        if previous.source.file_stamp == source.file_stamp and _only_counts_differ(
+            previous.source.config, source.config
+        ):
+            await _resize(previous, config, source, opening)
+            return previous
+    return await _new_version(config, source, opening)
+
+
+async def _new_version(
+    config: mc.ModelConfig, source: VersionSource, opening: _Opening
+) -> ModelVersion:
+    started_s = time.monotonic()
+    python = config.backend == PYTHON_BACKEND
+    path, version, placements = opening.path, opening.version, opening.placements
+    instances: list[Instance] = []
+    try:
+        if python:  # model.py may complete the config; initialize() sees the completed one
+            if opening.completion.enabled:
+                settings = PythonSettings.from_config(config)
+                config = await asyncio.to_thread(
+                    PythonInstance.complete_config, path, version, config, settings
+                )
+            check_python_io(config)
+            effective = _complete(config, ModelSignature((), ()), opening.completion)
+        else:
+            instances.append(await _open_instance(config, opening, 0))
+            effective = _complete(config, instances[0].signature, opening.completion)
+            check_signature(effective, instances[0].signature)
+        policy = BatchPolicy.from_config(effective)
+        count = len(placements) if placements else _instance_count(effective)
+        for index in range(len(instances), count):
+            instances.append(await _open_instance(effective, opening, index))
+        reshape = Reshape.from_config(effective)
+        prepare = _preparation(reshape, strings=not python and _takes_strings(effective))
+        await warm_up(effective, path, version, instances, prepare)
+    except BaseException:
+        for instance in instances:
+            instance.close()
+        raise
+    stats = ModelStats()
+    router = DecoupledRouter() if effective.model_transaction_policy.decoupled else None
+    batcher = Batcher(
+        f"{config.name}:{version}",
+        [_executor(instance, router) for instance in instances],
+        policy,
+        stats.record_execution,
+    )
+    await batcher.start()
+    _log.info(
+        "loaded model '%s' version %d with %d instance(s)", config.name, version, len(instances)
+    )
+    return ModelVersion(
+        config.name,
+        version,
+        effective,
+        ModelIO.from_config(effective),
+        instances,
+        batcher,
+        stats,
+        source,
+        footprint_bytes(effective, source.file_stamp[0], len(instances)),
+        time.monotonic() - started_s,
+        prepare=prepare,
+        router=router,
+        reshape=reshape,
+    )
+
+
+async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) -> ModelVersion:
+    """An ensemble version: its plan checked against the composing models as they are now."""
+    started_s = time.monotonic()
+    check_ensemble(config)
+    plan = plan_ensemble(config, peers.config_of)
+    stats = ModelStats()
+    scheduler = EnsembleScheduler(plan, peers.resolve, stats.record_execution)
+    await scheduler.start()
+    _log.info("loaded ensemble '%s' version %d (%d steps)", config.name, version, len(plan.steps))
+    return ModelVersion(
+        config.name,
+        version,
+        config,
+        ModelIO.from_config(config),
+        [],
+        scheduler,
+        stats,
+        VersionSource(config.SerializeToString(deterministic=True), (0, 0)),
+        0,
+        time.monotonic() - started_s,
+    )
+
+
+async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) -> Instance:
+    """Instance `index` of a version: a Python worker, or an ONNX session where planned."""
+    name = f"{config.name}_{opening.version}_{index}"
+    if config.backend == PYTHON_BACKEND:
+        return await asyncio.to_thread(
+            PythonInstance.load,
+            name,
+            opening.path,
+            opening.version,
+            config,
+            PythonSettings.from_config(config),
+            opening.caller,
+        )
+    return await asyncio.to_thread(
+        load_instance,
+        name,
+        opening.model_file,
+        OrtSettings.from_config(config),
+        opening.placements[index],
+    )
+
+
+def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
+    if router is None:
+        return instance
+    assert isinstance(instance, PythonInstance)  # only Python models may be decoupled
+    return router.executor(instance)
+
+
+def _complete(
+    config: mc.ModelConfig, signature: ModelSignature, completion: AutoComplete
+) -> mc.ModelConfig:
+    if config.backend == PYTHON_BACKEND:  # Triton's default: one instance for other backends
+        return autocomplete(config, signature, completion, default_instance_count=1)
+    return autocomplete(config, signature, completion, cuda_device_count=cuda_device_count())
+
+
+def _preparation(reshape: Reshape | None, strings: bool) -> Prepare | None:
+    """A request's per-request conversion before batching: the config's reshapes, then the
+    text the ONNX Runtime binding needs for strings; None when there is nothing to do."""
+    if reshape is None:
+        return prepare_inputs if strings else None
+    if not strings:
+        return reshape.to_model
+    return lambda arrays: prepare_inputs(reshape.to_model(arrays))
+
+
+def _takes_strings(config: mc.ModelConfig) -> bool:
+    return any(t.data_type == mc.TYPE_STRING for t in config.input)
+
+
+def _instance_count(config: mc.ModelConfig) -> int:
+    return sum(group.count for group in config.instance_group)
+
+
+def _only_counts_differ(old: bytes, new: bytes) -> bool:
+    """Whether two configs differ at most in their instance groups' counts."""
+    configs = []
+    for data in (old, new):
+        config = mc.ModelConfig.FromString(data)
+        for group in config.instance_group:
+            group.count = 0
+        configs.append(config)
+    return bool(configs[0] == configs[1])
+
+
+async def _resize(
+    target: ModelVersion, config: mc.ModelConfig, source: VersionSource, opening: _Opening
+) -> None:
+    """Add or retire instances in place; the version keeps serving throughout."""
+    batcher = target.scheduler
+    assert isinstance(batcher, Batcher)  # only versions with instances are resized
+    effective = _complete(config, target.instances[0].signature, opening.completion)
+    placements = opening.placements
+    wanted = len(placements) if placements else _instance_count(effective)
+    while len(target.instances) < wanted:
+        instance = await _open_instance(effective, opening, len(target.instances))
+        target.instances.append(instance)
+        batcher.add_executor(_executor(instance, target.router))
+    while len(target.instances) > wanted:
+        retired = await batcher.retire_executor()
+        closing = next(i for i in target.instances if i is retired)
+        target.instances.remove(closing)
+        await asyncio.to_thread(closing.close)
+    target.config = effective
+    target.source = source
+    target.memory_bytes = footprint_bytes(effective, source.file_stamp[0], wanted)
+    _log.info("model '%s' version %d now runs %d instance(s)", target.name, target.version, wanted)
+
+
+async def unload_version(version: ModelVersion, timeout_s: float) -> None:
+    """Let accepted requests finish (bounded), then free the instances."""
+    await version.scheduler.stop(timeout_s)
+    for instance in version.instances:
+        await asyncio.to_thread(instance.close)

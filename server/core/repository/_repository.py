@@ -1,0 +1,454 @@
+"""`Repository`: the models of one or more repository directories, and their lifecycle.
+
+Loads, reloads and unloads never interrupt service: new versions are built beside the serving
+ones and swapped in at once; replaced versions drain their accepted requests, then close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from proto import model_config_pb2 as mc
+from server.contract.errors import (
+    ConfigError,
+    InvalidInputError,
+    ModelLoadFailedError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
+from server.core.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
+from server.core.repository._budget import MemoryBudget, Resident, choose_evictions
+from server.core.repository._config import read_config
+from server.core.repository._loader import Peers, build_model, unload_version
+from server.core.repository._models import (
+    UNLOADED,
+    ModelEntry,
+    ModelState,
+    ModelVersion,
+    VersionStatus,
+)
+from server.core.serving.ensemble import composing_models, is_ensemble
+
+_log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 30.0  # how long a replaced or unloaded version may finish its requests
+
+
+class Repository:
+    """Owns every model entry; read and changed on the event loop only."""
+
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        load_concurrency: int = 4,
+        budget: MemoryBudget | None = None,
+        completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
+    ) -> None:
+        self._roots = tuple(roots)
+        self._completion = completion  # what model files may fill into configs
+        self._load_concurrency = max(load_concurrency, 1)
+        self._budget = budget
+        self._models: dict[str, ModelEntry] = {}
+        self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
+        self._draining: set[asyncio.Task[None]] = set()
+        self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
+        self._peers = Peers(self._ready_config, self.get)
+
+    def scan(self) -> dict[str, Path]:
+        """Every model directory of every repository; a name in two repositories is an error."""
+        found: dict[str, Path] = {}
+        for root in self._roots:
+            if not root.is_dir():
+                raise ConfigError(f"model repository '{root}' is not a directory")
+            for path in sorted(root.iterdir()):
+                if not path.is_dir() or path.name.startswith("."):
+                    continue
+                if path.name in found:
+                    raise ConfigError(
+                        f"model '{path.name}' is in two repositories: '{found[path.name]}' and "
+                        f"'{path}'; model names must be unique across repositories"
+                    )
+                found[path.name] = path
+        return found
+
+    async def load_many(self, names: Iterable[str] | None = None) -> None:
+        """Load the named models (all found when None), in parallel with a bound; failures are
+        recorded in the index and never stop the rest."""
+        found = self.scan()
+        wanted = sorted(found) if names is None else sorted(set(names))
+        gate = asyncio.Semaphore(self._load_concurrency)
+
+        async def load(name: str) -> None:
+            async with gate:
+                path = found.get(name)
+                if path is None:
+                    _log.error("failed to load '%s', failed to poll from model repository", name)
+                    return
+                with contextlib.suppress(ModelLoadFailedError):  # in the index, and logged
+                    await self._load_from(name, path)
+
+        await asyncio.gather(*(load(name) for name in wanted))
+
+    async def load(
+        self,
+        name: str,
+        override: mc.ModelConfig | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load a model, or reload it if loaded; raises ModelLoadFailedError with the reasons.
+
+        `override` replaces config.pbtxt; `files` ("<version>/<name>" -> bytes) replace the
+        model's directory for this load. A reload that fails leaves the old versions serving.
+        """
+        check_name(name)
+        if files:
+            if override is None:
+                raise InvalidInputError(
+                    f"model '{name}': file parameters need a 'config' parameter as well"
+                )
+            async with self._lock(name):
+                with tempfile.TemporaryDirectory(prefix="convoy-") as scratch:
+                    path = _write_files(Path(scratch) / name, files)
+                    await self._build_and_swap(name, path, override, stamp=())
+            return
+        found = self.scan().get(name)
+        if found is None:
+            raise ModelNotFoundError(
+                f"failed to load '{name}', failed to poll from model repository"
+            )
+        await self._load_from(name, found, override)
+
+    async def _load_from(
+        self,
+        name: str,
+        path: Path,
+        override: mc.ModelConfig | None = None,
+        stamp: tuple[object, ...] | None = None,
+        chain: tuple[str, ...] = (),
+    ) -> None:
+        """(Re)load a model from its directory in a repository; `stamp` if already taken.
+
+        An ensemble's composing models are loaded first when they are not ready.
+        """
+        await self._load_composing(name, path, override, chain)
+        async with self._lock(name):
+            stamp = directory_stamp(path) if stamp is None else stamp
+            await self._build_and_swap(name, path, override, stamp)
+
+    async def _load_composing(
+        self, name: str, path: Path, override: mc.ModelConfig | None, chain: tuple[str, ...]
+    ) -> None:
+        try:
+            config = override if override is not None else read_config(path)
+        except (ConfigError, OSError):
+            return  # the build reports it
+        if config is None or not is_ensemble(config):
+            return
+        found = self.scan()
+        for model in composing_models(config):
+            if model in chain or model == name or self.is_ready(model) or model not in found:
+                continue  # a cycle or an unknown model: the ensemble's plan names it
+            with contextlib.suppress(ModelLoadFailedError):  # in the index, and logged
+                await self._load_from(model, found[model], chain=(*chain, name))
+
+    def _ready_config(self, name: str) -> mc.ModelConfig | None:
+        entry = self._models.get(name)
+        return entry.config if entry is not None and entry.ready else None
+
+    async def _build_and_swap(
+        self, name: str, path: Path, override: mc.ModelConfig | None, stamp: tuple[object, ...]
+    ) -> None:
+        entry = self._models.get(name)
+        if entry is None:
+            entry = self._models[name] = ModelEntry(name, path)
+        if not entry.ready:
+            entry.statuses = [VersionStatus(None, ModelState.LOADING)]
+        built = await build_model(
+            name, path, self._peers, override, entry.ready, completion=self._completion
+        )
+        if built.failures and entry.ready:
+            entry.failed_stamp = stamp
+            reason = "; ".join(built.failures)
+            _log.error(
+                "reload of model '%s' failed, the loaded versions keep serving: %s", name, reason
+            )
+            self._retire(v for v in built.ready.values() if v not in entry.ready.values())
+            raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+        replaced = [v for k, v in entry.ready.items() if built.ready.get(k) is not v]
+        if self._budget is not None:
+            fresh = [v for v in built.ready.values() if v not in entry.ready.values()]
+            try:
+                await self._make_room(name, fresh, replaced)
+            except ModelLoadFailedError:
+                self._retire(fresh)
+                raise
+        entry.path = path
+        entry.ready = built.ready
+        entry.statuses = built.statuses
+        entry.config = built.ready[max(built.ready)].config if built.ready else None
+        entry.stamp, entry.failed_stamp = stamp, ()
+        entry.loaded_ms, entry.evicted = time.time_ns() // 1_000_000, False
+        self._retire(replaced)
+        if built.failures:
+            entry.failed_stamp = stamp
+            reason = "; ".join(built.failures)
+            _log.error("model '%s' is unavailable: %s", name, reason)
+            raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+
+    async def _make_room(
+        self, name: str, fresh: Sequence[ModelVersion], replaced: Sequence[ModelVersion]
+    ) -> None:
+        """Fit freshly built versions under the budget, evicting idle models if allowed."""
+        assert self._budget is not None
+        limit = self._budget.limit_bytes
+        used = sum(e.memory_bytes for e in self._models.values()) - sum(
+            v.memory_bytes for v in replaced
+        )
+        needed = sum(v.memory_bytes for v in fresh)
+        # A loaded ensemble's composing models are in use even while idle, and evicting a model
+        # that takes nothing (an ensemble) frees nothing: neither is a candidate.
+        composing = {
+            model
+            for e in self._models.values()
+            if e.ready and e.config is not None
+            for model in composing_models(e.config)
+        }
+        residents = [
+            Resident(
+                e.name,
+                e.memory_bytes,
+                e.last_used_ms,
+                e.idle and e.name not in composing and e.memory_bytes > 0,
+            )
+            for e in self._models.values()
+            if e.name != name and e.ready
+        ]
+        victims = (
+            choose_evictions(residents, needed, limit - used)
+            if self._budget.evict_lru
+            else ([] if needed <= limit - used else None)
+        )
+        if victims is None:
+            raise ModelLoadFailedError(
+                f"load failed for model '{name}': it needs {needed} bytes, but only "
+                f"{max(limit - used, 0)} of the {limit}-byte memory budget are free "
+                f"({used} bytes used by {len(residents)} other model(s))"
+                + ("; no idle model can be evicted to make room" if self._budget.evict_lru else "")
+            )
+        for victim in victims:
+            await self._evict(self._models[victim.name], name)
+
+    async def _evict(self, entry: ModelEntry, for_model: str) -> None:
+        reason = (
+            f"evicted (least recently used) to make room for '{for_model}' under the memory budget"
+        )
+        _log.warning("model '%s' %s (%d bytes)", entry.name, reason, entry.memory_bytes)
+        old = entry.ready
+        entry.ready = {}
+        entry.evicted = True
+        entry.statuses = [VersionStatus(v, ModelState.UNAVAILABLE, reason) for v in sorted(old)]
+        await asyncio.gather(*(unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
+
+    async def ensure_loaded(self, name: str) -> None:
+        """Load an evicted model again on demand (once, however many requests ask)."""
+        task = self._lazy.get(name)
+        if task is None:
+            task = asyncio.create_task(self._reload_evicted(name))
+            self._lazy[name] = task
+            task.add_done_callback(lambda _: self._lazy.pop(name, None))
+        await asyncio.shield(task)
+
+    async def _reload_evicted(self, name: str) -> None:
+        entry = self._models.get(name)
+        if entry is not None and entry.evicted and not entry.ready:
+            _log.info("loading evicted model '%s' on demand", name)
+            await self.load(name)
+
+    def is_evicted(self, name: str) -> bool:
+        entry = self._models.get(name)
+        return entry is not None and entry.evicted and not entry.ready
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Stop serving a model: new requests fail at once, accepted ones finish first.
+
+        With `unload_dependents`, the ensembles that use the model are unloaded as well.
+        """
+        check_name(name)
+        if unload_dependents:
+            for user in list(self._models.values()):
+                if user.config is not None and name in composing_models(user.config):
+                    await self.unload(user.name)
+        async with self._lock(name):
+            entry = self._models.get(name)
+            if entry is None or not entry.ready:
+                return  # as Triton: unloading a model that is not loaded succeeds
+            old = entry.ready
+            entry.ready = {}
+            entry.statuses = [VersionStatus(v, ModelState.UNLOADING) for v in sorted(old)]
+            await asyncio.gather(*(unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
+            entry.statuses = [
+                VersionStatus(v, ModelState.UNAVAILABLE, UNLOADED) for v in sorted(old)
+            ]
+            _log.info("unloaded model '%s'", name)
+
+    async def poll(self) -> None:
+        """Apply what changed on disk: models added, removed or with changed files."""
+        found = self.scan()
+        for name in sorted(set(self._models) - set(found)):
+            await self.unload(name)
+            self._models.pop(name, None)
+        for name, path in sorted(found.items()):
+            entry = self._models.get(name)
+            stamp = directory_stamp(path)
+            if entry is not None and stamp in (entry.stamp, entry.failed_stamp):
+                continue  # unchanged, or the same files that failed last time
+            with contextlib.suppress(ModelLoadFailedError):
+                await self._load_from(name, path, stamp=stamp)
+
+    async def unload_all(self, timeout_s: float) -> None:
+        versions = [v for entry in self._models.values() for v in entry.ready.values()]
+        for entry in self._models.values():
+            entry.ready = {}
+        await asyncio.gather(*(unload_version(v, timeout_s) for v in versions))
+        await asyncio.gather(*self._draining)
+
+    def entries(self) -> list[ModelEntry]:
+        return [self._models[name] for name in sorted(self._models)]
+
+    def all_ready(self) -> bool:
+        """Every model meant to serve is ready (Triton's strict readiness); models unloaded on
+        purpose do not count."""
+        return all(
+            entry.ready and all(s.state is ModelState.READY for s in entry.statuses)
+            for entry in self._models.values()
+            if not entry.unloaded and not entry.evicted
+        )
+
+    def failures(self) -> list[tuple[str, str]]:
+        """Every model that failed to load (not one unloaded or evicted on purpose): its name
+        and why."""
+        return [
+            (entry.name, status.reason)
+            for entry in self.entries()
+            for status in entry.statuses
+            if status.state is ModelState.UNAVAILABLE
+            and status.reason
+            and status.reason != UNLOADED
+            and not entry.evicted
+        ]
+
+    def entry(self, name: str) -> ModelEntry:
+        entry = self._models.get(name)
+        if entry is None:
+            raise ModelNotFoundError(f"Request for unknown model: '{name}' is not found")
+        return entry
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The version to serve: the named one, or the newest ready one when version is empty."""
+        entry = self.entry(name)
+        if not version:
+            found = entry.latest_ready()
+            if found is None:
+                raise ModelNotReadyError(
+                    f"Request for unknown model: '{name}' has no available versions"
+                    + _reason_suffix(entry.statuses)
+                )
+            return found
+        number = parse_version(version)
+        found = entry.ready.get(number)
+        if found is not None:
+            return found
+        if any(s.version == number for s in entry.statuses):
+            raise ModelNotReadyError(
+                f"Request for unknown model: '{name}' version {number} is not at ready state"
+                + _reason_suffix([s for s in entry.statuses if s.version == number])
+            )
+        raise ModelNotFoundError(
+            f"Request for unknown model: '{name}' version {number} is not found"
+        )
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except (ModelNotFoundError, ModelNotReadyError):
+            return False
+        return True
+
+    def index(self) -> list[tuple[str, VersionStatus]]:
+        """Every model of the repositories with its state, loaded or not."""
+        statuses = {entry.name: entry.statuses for entry in self._models.values()}
+        with contextlib.suppress(ConfigError):
+            for name in self.scan():
+                statuses.setdefault(name, [])
+        return [
+            (name, status)
+            for name in sorted(statuses)
+            for status in statuses[name] or [VersionStatus(None, ModelState.UNAVAILABLE, UNLOADED)]
+        ]
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    def _retire(self, versions: Iterable[ModelVersion]) -> None:
+        """Drain and close replaced versions in the background."""
+        for version in versions:
+            task = asyncio.create_task(unload_version(version, DRAIN_TIMEOUT_S))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+
+
+def check_name(name: str) -> None:
+    """A model name is one plain directory name: nothing outside the repositories is reachable."""
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
+        raise InvalidInputError(f"invalid model name '{name}': it must be a plain directory name")
+
+
+def directory_stamp(path: Path) -> tuple[object, ...]:
+    """Every directory below a model directory, and every file's size and modification time."""
+    stamp: list[tuple[object, ...]] = []
+    for item in sorted(path.rglob("*")):
+        with contextlib.suppress(OSError):  # gone since listed: the next poll sees it
+            relative = str(item.relative_to(path))
+            if item.is_dir():
+                stamp.append((relative,))
+            elif item.is_file():
+                info = item.stat()
+                stamp.append((relative, info.st_size, info.st_mtime_ns))
+    return tuple(stamp)
+
+
+def _write_files(path: Path, files: Mapping[str, bytes]) -> Path:
+    """Lay out `file:` parameters ("<version>/<name>") as a model directory."""
+    for key, data in files.items():
+        parts = Path(key).parts
+        if Path(key).is_absolute() or len(parts) < 2 or not parts[0].isdigit() or ".." in parts:
+            raise InvalidInputError(
+                f"file parameter 'file:{key}' must name '<version>/<file>' inside the model"
+            )
+        target = path.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return path
+
+
+def parse_version(version: str) -> int:
+    """A request's model_version string as a number; anything else is a clear error."""
+    if not version.isdigit():
+        raise InvalidInputError(
+            f"model version must be a non-negative integer or empty, got '{version}'"
+        )
+    return int(version)
+
+
+def _reason_suffix(statuses: list[VersionStatus]) -> str:
+    reasons = [s.reason for s in statuses if s.reason]
+    return f": {reasons[0]}" if reasons else ""

@@ -1,0 +1,146 @@
+"""Checking a completed config against the backend and the model file it describes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from backends import ModelSignature, TensorSignature
+from proto import model_config_pb2 as mc
+from server.contract.datatypes import wire_name
+from server.contract.errors import ConfigError
+from server.core.repository._autocomplete import ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
+from server.core.serving.ensemble import ENSEMBLE_PLATFORM, is_ensemble
+
+
+def check_backend(config: mc.ModelConfig) -> None:
+    """ONNX, Python and ensemble models are served; any other backend is a clear load error."""
+    onnx = config.backend == ONNX_BACKEND and config.platform in ("", ONNX_PLATFORM)
+    python = config.backend == PYTHON_BACKEND and not config.platform
+    if not (onnx or python or (is_ensemble(config) and not config.backend)):
+        kind = config.backend or config.platform
+        raise ConfigError(
+            f"model '{config.name}': backend '{kind}' is not supported (supported: backend "
+            f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTHON_BACKEND}", '
+            f'platform "{ENSEMBLE_PLATFORM}")'
+        )
+    if config.HasField("sequence_batching"):
+        raise ConfigError(
+            f"model '{config.name}': sequence_batching (stateful models, Triton's sequence "
+            "batcher) is not supported; serve the model without it or with dynamic_batching"
+        )
+    if config.model_transaction_policy.decoupled and not python:
+        raise ConfigError(
+            f"model '{config.name}': only Python models can be decoupled "
+            "(model_transaction_policy { decoupled: true })"
+        )
+    if config.max_batch_size < 0:
+        raise ConfigError(f"model '{config.name}': max_batch_size must be >= 0")
+    for group in config.instance_group:
+        if python and (group.kind == mc.ModelInstanceGroup.KIND_GPU or group.gpus):
+            raise ConfigError(
+                f"model '{config.name}': instance group '{group.name}' asks for a GPU; "
+                "Python models run on CPU"
+            )
+        if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
+            raise ConfigError(
+                f"model '{config.name}': instance group '{group.name}' has kind KIND_MODEL, "
+                f"which the {config.backend} backend does not support"
+            )
+
+
+def check_python_io(config: mc.ModelConfig) -> None:
+    """A Python model's tensors come from its config, completed by its auto_complete_config."""
+    if not config.input or not config.output:
+        raise ConfigError(
+            f"model '{config.name}': a Python model declares its inputs and outputs in "
+            "config.pbtxt or adds them in TritonPythonModel.auto_complete_config"
+        )
+
+
+def check_ensemble(config: mc.ModelConfig) -> None:
+    """What an ensemble config must hold on its own; its steps are checked by its plan."""
+    if not config.input or not config.output:
+        raise ConfigError(f"ensemble '{config.name}' must declare its inputs and outputs")
+    if not config.HasField("ensemble_scheduling"):
+        raise ConfigError(f"ensemble '{config.name}' has no ensemble_scheduling")
+
+
+def check_signature(config: mc.ModelConfig, signature: ModelSignature) -> None:
+    """Every declared tensor must exist in the file with the same type and a compatible shape."""
+    _check_side(config, "input", config.input, signature.inputs)
+    _check_side(config, "output", config.output, signature.outputs)
+    declared = {tensor.name for tensor in config.input}
+    for tensor in signature.inputs:
+        if tensor.name not in declared:
+            raise ConfigError(
+                f"model '{config.name}': the model file has input '{tensor.name}', "
+                "which the config does not declare"
+            )
+
+
+def _check_side(
+    config: mc.ModelConfig,
+    side: str,
+    declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput],
+    actual: Sequence[TensorSignature],
+) -> None:
+    by_name = {tensor.name: tensor for tensor in actual}
+    seen: set[str] = set()
+    for tensor in declared:
+        if tensor.name in seen:
+            raise ConfigError(f"model '{config.name}': {side} '{tensor.name}' is declared twice")
+        seen.add(tensor.name)
+        model_dims = list(tensor.dims)
+        if tensor.HasField("reshape"):
+            model_dims = list(tensor.reshape.shape)
+            _check_reshape(config, side, tensor.name, list(tensor.dims), model_dims)
+        found = by_name.get(tensor.name)
+        if found is None:
+            raise ConfigError(
+                f"model '{config.name}': {side} '{tensor.name}' is not in the model file "
+                f"(the file's {side}s: {sorted(by_name)})"
+            )
+        if tensor.data_type != found.data_type:
+            raise ConfigError(
+                f"model '{config.name}': {side} '{tensor.name}' is "
+                f"{mc.DataType.Name(tensor.data_type)} in the config but "
+                f"{wire_name(found.data_type)} in the model file"
+            )
+        _check_shape(config, side, tensor.name, model_dims, found.shape)
+
+
+def _check_reshape(
+    config: mc.ModelConfig, side: str, name: str, dims: list[int], shape: list[int]
+) -> None:
+    """`dims` (the client's view) and `reshape` (the file's) must hold as many elements."""
+    if -1 in dims or -1 in shape:
+        return  # checked per request
+    if math.prod(dims) != math.prod(shape):
+        raise ConfigError(
+            f"model '{config.name}': {side} '{name}' has dims {dims} ({math.prod(dims)} "
+            f"elements) but reshape {shape} ({math.prod(shape)} elements)"
+        )
+
+
+def _check_shape(
+    config: mc.ModelConfig, side: str, name: str, dims: list[int], shape: tuple[int, ...]
+) -> None:
+    file_shape = list(shape)
+    if config.max_batch_size > 0:
+        if not file_shape or file_shape[0] != -1:
+            raise ConfigError(
+                f"model '{config.name}': max_batch_size is {config.max_batch_size}, but "
+                f"{side} '{name}' has shape {file_shape} in the model file, with no dynamic "
+                "batch dimension first; set max_batch_size: 0"
+            )
+        file_shape = file_shape[1:]
+    compatible = len(dims) == len(file_shape) and all(
+        want == have or have == -1 for want, have in zip(dims, file_shape, strict=True)
+    )
+    if not compatible:
+        raise ConfigError(
+            f"model '{config.name}': {side} '{name}' has dims {dims} in the config, but the "
+            f"model file expects {file_shape}"
+            + (" after the batch dimension" if config.max_batch_size > 0 else "")
+        )

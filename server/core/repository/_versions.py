@@ -1,0 +1,49 @@
+"""Version directories and version policies (latest N, all, specific)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from proto import model_config_pb2 as mc
+from server.contract.errors import ConfigError
+
+_log = logging.getLogger(__name__)
+
+
+def list_versions(model_dir: Path) -> list[int]:
+    """The numeric version directories of a model, ascending; anything else is skipped."""
+    versions = []
+    for child in sorted(model_dir.iterdir()):
+        if not child.is_dir():
+            continue
+        if child.name.isdigit() and not child.name.startswith("0"):
+            versions.append(int(child.name))
+        else:
+            _log.warning(
+                "model '%s': ignoring directory '%s' (version directories are positive "
+                "integers without leading zeros)",
+                model_dir.name,
+                child.name,
+            )
+    return sorted(versions)
+
+
+def select_versions(
+    model: str, policy: mc.ModelVersionPolicy, available: Sequence[int]
+) -> list[int]:
+    """The versions a policy asks to serve; `specific` may name versions that are missing."""
+    choice = policy.WhichOneof("policy_choice")
+    if choice is None:
+        return sorted(available)[-1:]
+    if choice == "latest":
+        count = policy.latest.num_versions
+        if count < 1:
+            raise ConfigError(
+                f"model '{model}': version_policy latest needs num_versions >= 1, got {count}"
+            )
+        return sorted(available)[-count:]
+    if choice == "all":
+        return sorted(available)
+    return sorted(set(policy.specific.versions))

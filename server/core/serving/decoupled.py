@@ -1,0 +1,106 @@
+"""Decoupled models (0..N responses per request) behind the ordinary dynamic batcher.
+
+The batcher still forms batches and picks instances; each batch runs through the instance's
+`execute_decoupled`, whose responses the `DecoupledRouter` hands to the stream of the request
+that asked for them. Everything here runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy.typing as npt
+
+from backends import (
+    BackendError,
+    ExecutionResult,
+    Parameters,
+    PythonInstance,
+    Response,
+    TensorMap,
+)
+from server.contract.requests import InferOptions
+from server.core.serving.servable import Servable, Streamed
+from server.core.serving.submit import submit
+
+
+class DecoupledRouter:
+    """Routes each batch's responses to the requests' own queues (keyed by their input maps)."""
+
+    def __init__(self) -> None:
+        self._sinks: dict[int, asyncio.Queue[Streamed]] = {}
+
+    def executor(self, instance: PythonInstance) -> DecoupledExecutor:
+        return DecoupledExecutor(instance, self)
+
+    async def stream(
+        self,
+        target: Servable,
+        arrays: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+        options: InferOptions,
+    ) -> AsyncIterator[Streamed]:
+        """Queue one request and yield its responses as the model sends them."""
+        sink: asyncio.Queue[Streamed] = asyncio.Queue()
+        self._sinks[id(arrays)] = sink
+        running = asyncio.create_task(submit(target, arrays, batch_size, options))
+        try:
+            while True:
+                taking = asyncio.ensure_future(sink.get())
+                await asyncio.wait({taking, running}, return_when=asyncio.FIRST_COMPLETED)
+                if not taking.done():  # finished without a final response: it failed to run
+                    taking.cancel()
+                    if sink.empty():
+                        await running  # raises the reason (queue full, timeout, closed ...)
+                        return
+                    taking = asyncio.ensure_future(sink.get())
+                item = await taking
+                yield item
+                if item.final:
+                    return
+        finally:
+            self._sinks.pop(id(arrays), None)
+            if not running.done():
+                running.cancel()
+
+    def sinks(self, requests: Sequence[TensorMap]) -> list[asyncio.Queue[Streamed] | None]:
+        return [self._sinks.get(id(request)) for request in requests]
+
+
+class DecoupledExecutor:
+    """The batcher's executor for one decoupled instance."""
+
+    def __init__(self, instance: PythonInstance, router: DecoupledRouter) -> None:
+        self._instance = instance
+        self._router = router
+
+    @property
+    def name(self) -> str:
+        return self._instance.name
+
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> ExecutionResult:
+        # Responses go to their streams in host memory, whatever `device_outputs` says.
+        sinks = self._router.sinks(requests)
+
+        def send(index: int, response: Response | None, final: bool) -> None:
+            sink = sinks[index]
+            if sink is None:
+                return  # its caller went away; the response is dropped
+            if isinstance(response, BackendError):
+                sink.put_nowait(Streamed(None, response, final))
+            else:
+                sink.put_nowait(Streamed(response, None, final))
+
+        result = await self._instance.execute_decoupled(requests, send, parameters)
+        # Each request's answer went to its stream; the batcher only needs one entry per request.
+        empty: list[Response] = [{} for _ in requests]
+        return ExecutionResult(
+            empty, result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns
+        )

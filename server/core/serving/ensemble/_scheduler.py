@@ -1,0 +1,182 @@
+"""`EnsembleScheduler`: runs an ensemble's steps for one request, each step as soon as its inputs
+are ready, through the composing models' own schedulers (so ensemble traffic batches per step)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy.typing as npt
+
+from batching import (
+    NO_PARAMETERS,
+    BatcherClosedError,
+    ExecutionRecord,
+    InFlight,
+    Parameters,
+    RequestResult,
+)
+from server.contract.errors import ModelNotFoundError, ModelNotReadyError
+from server.contract.requests import InferOptions
+from server.core.serving.ensemble._plan import EnsemblePlan, Step
+from server.core.serving.servable import Servable
+from server.core.serving.submit import infer_on
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """One step of one ensemble request, for its trace (monotonic nanoseconds)."""
+
+    model: str
+    version: int
+    start_ns: int  # handed to the composing model
+    end_ns: int  # its answer was back
+    result: RequestResult
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleResult(RequestResult):
+    """An ensemble request's result, with its steps in the order they finished."""
+
+    steps: tuple[StepRun, ...] = ()
+
+
+Resolve = Callable[[str, str], Servable]  # (model, version "" = newest) -> ready version
+Observer = Callable[[ExecutionRecord], None]
+
+
+class EnsembleScheduler:
+    """Serves one ensemble version; holds no tensors between requests."""
+
+    def __init__(self, plan: EnsemblePlan, resolve: Resolve, observer: Observer) -> None:
+        self._plan = plan
+        self._resolve = resolve  # looked up per request: a reloaded composing model is used
+        self._observer = observer
+        self._closed = False
+        self._in_flight = InFlight()
+
+    async def start(self) -> None:
+        self._in_flight.start()
+        bound = self._plan.max_inflight
+        self._gates = {
+            id(step): asyncio.Semaphore(bound) if bound > 0 else None for step in self._plan.steps
+        }
+
+    @property
+    def plan(self) -> EnsemblePlan:
+        return self._plan
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight.count
+
+    @property
+    def queue_depth(self) -> int:
+        return 0  # requests wait in the composing models' queues, and are counted there
+
+    async def infer(
+        self,
+        inputs: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+        priority: int = 0,
+        timeout_ns: int = 0,
+        parameters: Parameters = NO_PARAMETERS,
+        device_outputs: bool = False,
+    ) -> RequestResult:
+        # The ensemble's outputs come back to the host whatever `device_outputs` says.
+        if self._closed:
+            raise BatcherClosedError(
+                f"ensemble '{self._plan.name}' is no longer accepting requests"
+            )
+        with self._in_flight.counted():
+            options = InferOptions(priority, timeout_ns // 1000, parameters)
+            return await self._run(inputs, batch_size, options)
+
+    async def stop(self, timeout_s: float) -> None:
+        self._closed = True
+        await self._in_flight.wait_idle(timeout_s)
+
+    async def _run(
+        self, inputs: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
+    ) -> RequestResult:
+        tensors: dict[str, npt.NDArray[Any]] = dict(inputs)
+        # Optional inputs the request left out: the steps they feed run without them.
+        absent = self._plan.optional - tensors.keys()
+        waiting = list(self._plan.steps)
+        running: dict[asyncio.Task[StepRun], Step] = {}
+        runs: list[StepRun] = []
+        try:
+            while waiting or running:
+                ready = [
+                    s
+                    for s in waiting
+                    if all(t in tensors or t in absent for t in s.inputs.values())
+                ]
+                for step in ready:
+                    waiting.remove(step)
+                    task = asyncio.create_task(self._step(step, tensors, options))
+                    running[task] = step
+                if not running:  # the plan was checked at load: every tensor has a producer
+                    raise RuntimeError(f"ensemble '{self._plan.name}': no step can start")
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step = running.pop(task)
+                    run = task.result()  # a failed step fails the request
+                    runs.append(run)
+                    for output, tensor in step.outputs.items():
+                        tensors[tensor] = run.result.outputs[output]
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        results = [run.result for run in runs]
+        outcome = EnsembleResult(
+            outputs={name: tensors[name] for name in self._plan.outputs},
+            queue_ns=sum(r.queue_ns for r in results),
+            compute_input_ns=sum(r.compute_input_ns for r in results),
+            compute_infer_ns=sum(r.compute_infer_ns for r in results),
+            compute_output_ns=sum(r.compute_output_ns for r in results),
+            batch_size=max(batch_size, 1),
+            instance=",".join(r.instance for r in results),
+            steps=tuple(runs),
+        )
+        self._observer(
+            ExecutionRecord(
+                outcome.batch_size,
+                1,
+                outcome.compute_input_ns,
+                outcome.compute_infer_ns,
+                outcome.compute_output_ns,
+                succeeded=True,
+            )
+        )
+        return outcome
+
+    async def _step(
+        self, step: Step, tensors: dict[str, npt.NDArray[Any]], options: InferOptions
+    ) -> StepRun:
+        start_ns = time.monotonic_ns()
+        target = self._resolve(step.model, step.version)
+        arrays = {name: tensors[t] for name, t in step.inputs.items() if t in tensors}
+        if self._hands_over_on_device(step):
+            options = replace(options, device_outputs=True)
+        gate = self._gates[id(step)]
+        if gate is None:
+            result = await infer_on(target, arrays, list(step.outputs), options)
+        else:
+            async with gate:
+                result = await infer_on(target, arrays, list(step.outputs), options)
+        return StepRun(target.name, target.version, start_ns, time.monotonic_ns(), result)
+
+    def _hands_over_on_device(self, step: Step) -> bool:
+        """Whether the step's outputs may stay on the device: none leaves the ensemble and
+        every step reading them computes on a device (looked up now: a reload may move one)."""
+        if not step.consumers:
+            return False
+        try:
+            return all(self._resolve(model, version).on_device for model, version in step.consumers)
+        except (ModelNotFoundError, ModelNotReadyError):  # its step fails when it starts
+            return False

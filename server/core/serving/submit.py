@@ -1,0 +1,103 @@
+"""`submit`: one request handed to a version's scheduler and counted in that version's
+statistics; `infer_on`: the same for a request built in the server (an ensemble's step, a
+Python model's call to another model, which `model_caller` serves)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from backends import BackendError, ModelCaller, on_host
+from batching import QueueFullError, RequestResult, RequestTimeoutError
+from server.contract.datatypes import wire_of
+from server.contract.model_io import check_request
+from server.contract.requests import InferInput, InferOptions, model_parameters
+from server.core.serving.servable import Servable
+
+
+async def submit(
+    target: Servable,
+    arrays: dict[str, npt.NDArray[Any]],
+    batch_size: int,
+    options: InferOptions,
+) -> RequestResult:
+    """Run one checked request on a version and count it, success or failure, by Triton's
+    failure reasons."""
+    if target.prepare is not None:
+        arrays = target.prepare(arrays)
+    start_ns = time.monotonic_ns()
+    try:
+        result = await target.scheduler.infer(
+            arrays,
+            batch_size,
+            options.priority,
+            options.timeout_us * 1000,
+            options.parameters,
+            options.device_outputs,
+        )
+    except (QueueFullError, RequestTimeoutError):
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
+        raise
+    except asyncio.CancelledError:
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "CANCELED")
+        raise
+    except BackendError:
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "BACKEND")
+        raise
+    except Exception:
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "OTHER")
+        raise
+    target.stats.record_success(result, time.monotonic_ns() - start_ns)
+    if target.reshape is not None:
+        return replace(result, outputs=target.reshape.to_config(result.outputs))
+    return result
+
+
+async def infer_on(
+    target: Servable,
+    arrays: Mapping[str, npt.NDArray[Any]],
+    outputs: Sequence[str],
+    options: InferOptions,
+) -> RequestResult:
+    """Check a request built in the server as a client's would be, then submit it."""
+    specs = target.io.inputs
+    inputs = [
+        InferInput(
+            name,
+            wire_of(array.dtype, specs[name].datatype if name in specs else None),
+            tuple(array.shape),
+            array,
+        )
+        for name, array in arrays.items()
+    ]
+    checked, batch_size = check_request(target.io, inputs, outputs)
+    return await submit(target, checked, batch_size, options)
+
+
+def model_caller(resolve: Callable[[str, str], Servable]) -> ModelCaller:
+    """A Python model's `InferenceRequest.exec`: a request to another model of this server
+    (`resolve` finds its ready version), checked and counted as a client's; the requested
+    outputs (all when none are named) come back in host memory."""
+
+    async def call(
+        model: str,
+        version: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        parameters: dict[str, Any],
+    ) -> dict[str, Any]:
+        options = InferOptions(parameters=model_parameters(parameters.items()))
+        result = await infer_on(resolve(model, version), inputs, outputs, options)
+        return {
+            name: on_host(array)
+            for name, array in result.outputs.items()
+            if not outputs or name in outputs
+        }
+
+    return call

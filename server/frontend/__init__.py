@@ -1,0 +1,4 @@
+"""The front ends: Triton's gRPC service and HTTP/REST routes, each thin (wire -> contract call
+-> wire); they reach the core only through `server.contract`."""
+
+__all__: list[str] = []

@@ -1,0 +1,12 @@
+"""The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
+
+from server.frontend.grpc.servicer import RESTRICTABLE_GROUPS, InferenceServicer
+from server.frontend.grpc.status import ERROR_BASES, STATUS_CODES, status_for
+
+__all__ = [
+    "ERROR_BASES",
+    "RESTRICTABLE_GROUPS",
+    "STATUS_CODES",
+    "InferenceServicer",
+    "status_for",
+]

@@ -1,0 +1,219 @@
+"""Tensors between protobuf and NumPy: raw and typed contents, BYTES length prefixes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy.typing as npt
+
+from backends import on_host
+from proto import grpc_service_pb2 as pb
+from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
+from server.contract.errors import InvalidInputError, UnsupportedError
+from server.contract.requests import InferInput, InferOptions, model_parameters
+from server.contract.responses import InferResponse
+from server.core.shared_memory.regions import Location, SharedMemory
+
+_NO_OPTIONS = InferOptions()
+
+# Which typed `contents` field carries each wire data type (FP16 and BF16 only travel raw).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_inputs(request: pb.ModelInferRequest, shared_memory: SharedMemory) -> list[InferInput]:
+    """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT.
+
+    An input whose parameters name a shared memory region is read from it and carries no data;
+    raw_input_contents then holds one entry per other input, in order. An input in a CUDA region
+    is a CuPy view of it (BYTES excepted: those are parsed on the host).
+    """
+    raw = request.raw_input_contents
+    tensors = request.inputs
+    regions = [shm_location(t.parameters, t.name) for t in tensors]
+    in_band = len(tensors) - sum(1 for r in regions if r is not None)
+    if raw:
+        if len(raw) != in_band:
+            raise InvalidInputError(
+                f"expected {in_band} raw input contents, one per input not in shared memory, "
+                f"but got {len(raw)} for model '{request.model_name}'"
+            )
+        for tensor in tensors:
+            if tensor.HasField("contents"):
+                raise InvalidInputError(
+                    f"contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{request.model_name}'"
+                )
+    decoded = []
+    raw_index = 0
+    for index, tensor in enumerate(tensors):
+        name = tensor.name
+        datatype = _datatype(tensor.datatype, name)
+        shape = tuple(tensor.shape)
+        if shape and min(shape) < 0:
+            raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
+        region = regions[index]
+        if region is not None:
+            array = shared_memory.read(name, datatype, shape, region)
+        elif raw:
+            array = decode_raw(name, datatype, shape, raw[raw_index])
+            raw_index += 1
+        elif tensor.HasField("contents"):
+            array = _decode_typed(tensor, datatype, shape)
+        else:
+            raise InvalidInputError(
+                f"input '{tensor.name}' for model '{request.model_name}' carries no data: set "
+                "raw_input_contents or contents"
+            )
+        decoded.append(InferInput(name, datatype.wire, shape, array))
+    return decoded
+
+
+def shm_location(parameters: Mapping[str, pb.InferParameter], tensor: str) -> Location | None:
+    """(region, offset, byte_size) when a tensor's parameters place it in shared memory."""
+    if "shared_memory_region" not in parameters:
+        return None
+    region = parameters["shared_memory_region"].string_param
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidInputError(
+            f"tensor '{tensor}' names shared memory region '{region}' without "
+            "shared_memory_byte_size"
+        )
+    return (
+        region,
+        _int_of(parameters, "shared_memory_offset"),
+        _int_of(parameters, "shared_memory_byte_size"),
+    )
+
+
+def _int_of(parameters: Mapping[str, pb.InferParameter], key: str) -> int:
+    if key not in parameters:
+        return 0
+    parameter = parameters[key]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice not in ("int64_param", "uint64_param"):
+        raise InvalidInputError(f"parameter '{key}' must be an integer")
+    value = int(getattr(parameter, choice))
+    if value < 0:
+        raise InvalidInputError(f"parameter '{key}' must be >= 0, got {value}")
+    return value
+
+
+def output_locations(request: pb.ModelInferRequest) -> dict[str, Location]:
+    """Requested outputs to be written to shared memory (system or CUDA), by name."""
+    found = {}
+    for output in request.outputs:
+        location = shm_location(output.parameters, output.name)
+        if location is not None:
+            found[output.name] = location
+    return found
+
+
+def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
+    """Names of the outputs asked for; empty means every output of the model."""
+    if not request.outputs:
+        return []
+    for output in request.outputs:
+        if "classification" in output.parameters:
+            raise UnsupportedError(
+                f"output '{output.name}': the classification extension is not supported yet"
+            )
+    return [output.name for output in request.outputs]
+
+
+def infer_options(request: pb.ModelInferRequest) -> InferOptions:
+    """The scheduling parameters Triton reserves (`priority`, `timeout` in microseconds), and
+    the others, for the model."""
+    if not request.parameters:
+        return _NO_OPTIONS
+    return InferOptions(
+        priority=_int_parameter(request, "priority"),
+        timeout_us=_int_parameter(request, "timeout"),
+        parameters=model_parameters(
+            (key, getattr(value, value.WhichOneof("parameter_choice") or "string_param"))
+            for key, value in request.parameters.items()
+        ),
+    )
+
+
+def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
+    if key not in request.parameters:
+        return 0
+    parameter = request.parameters[key]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice == "int64_param":
+        value = parameter.int64_param
+    elif choice == "uint64_param":
+        value = parameter.uint64_param
+    else:
+        raise InvalidInputError(
+            f"request parameter '{key}' for model '{request.model_name}' must be an integer, "
+            f"got {choice or 'nothing'}"
+        )
+    if value < 0:
+        raise InvalidInputError(
+            f"request parameter '{key}' for model '{request.model_name}' must be >= 0, got {value}"
+        )
+    return value
+
+
+def encode_response(
+    response: InferResponse,
+    request_id: str,
+    locations: Mapping[str, Location],
+    shared_memory: SharedMemory,
+) -> pb.ModelInferResponse:
+    """Outputs in raw_output_contents, as Triton's gRPC front end always answers; an output
+    placed in shared memory is written there and keeps an empty entry (indexes stay aligned)."""
+    message = pb.ModelInferResponse(
+        model_name=response.model, model_version=str(response.version), id=request_id
+    )
+    for output in response.outputs:
+        datatype = output.spec.datatype
+        tensor = message.outputs.add()
+        tensor.name = output.spec.name
+        tensor.datatype = datatype.wire
+        tensor.shape.extend(output.array.shape)
+        location = locations.get(output.spec.name)
+        if location is not None:
+            shared_memory.write(location, datatype, output.array)
+            data = b""
+        else:
+            data = encode_raw(datatype, on_host(output.array))
+        message.raw_output_contents.append(data)
+    return message
+
+
+def _decode_typed(
+    tensor: pb.ModelInferRequest.InferInputTensor, datatype: DataType, shape: tuple[int, ...]
+) -> npt.NDArray[Any]:
+    field = _CONTENTS_FIELD.get(datatype.wire)
+    if field is None:
+        raise InvalidInputError(
+            f"input '{tensor.name}': {datatype.wire} has no typed contents field; send it in "
+            "raw_input_contents"
+        )
+    values: Sequence[Any] = getattr(tensor.contents, field)
+    return array_from_values(values, datatype, shape, f"input '{tensor.name}'", "contents")
+
+
+def _datatype(wire: str, name: str) -> DataType:
+    datatype = BY_WIRE.get(wire)
+    if datatype is None:
+        raise InvalidInputError(
+            f"input '{name}' has unknown datatype '{wire}' (expected one of {sorted(BY_WIRE)})"
+        )
+    return datatype

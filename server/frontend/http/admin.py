@@ -1,0 +1,177 @@
+"""`AdminRoutes`: the HTTP handlers of Triton's shared memory, trace and logging extensions,
+backed by the objects the gRPC servicer uses (one SharedMemory, LogControl and TraceSettings),
+and the parsing of the administrative bodies (register, repository load, logging)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from aiohttp import web
+
+from proto import grpc_service_pb2 as pb
+from server.contract.errors import InvalidInputError, UnsupportedError
+from server.contract.logs import LogControl
+from server.contract.settings import TraceSettings
+from server.core.repository import Repository
+from server.core.shared_memory.cuda import CudaRegion
+from server.core.shared_memory.regions import SharedMemory
+from server.core.shared_memory.system import Region
+from server.frontend.http.codec import JsonObject, parameters_of, parse_json
+
+_FIXED_TRACE = (
+    "trace settings cannot be changed in OpenTelemetry mode; set them with --trace-config at start"
+)
+_NO_LOGS = "log settings are not available in this process"
+
+
+def region_json(region: Region) -> JsonObject:
+    return {
+        "name": region.name,
+        "key": region.key,
+        "offset": region.offset,
+        "byte_size": region.byte_size,
+    }
+
+
+def cuda_region_json(region: CudaRegion) -> JsonObject:
+    return {"name": region.name, "device_id": region.device_id, "byte_size": region.byte_size}
+
+
+def register_request(body: JsonObject) -> tuple[str, int, int]:
+    """(key, offset, byte_size) of a register body; offset defaults to 0, as Triton's."""
+    key = body.get("key")
+    if not isinstance(key, str):
+        raise InvalidInputError("Shared memory register request has no 'key' string field")
+    offset = _nonnegative(body, "offset", "Shared memory", default=0)
+    return key, offset, _nonnegative(body, "byte_size", "Shared memory")
+
+
+def cuda_register_request(body: JsonObject) -> tuple[bytes, int, int]:
+    """(raw_handle, device_id, byte_size) of a CUDA register body, whose handle (a serialized
+    cudaIpcMemHandle_t) is base64 in `{"raw_handle": {"b64": ...}}`, as tritonclient sends it."""
+    handle = body.get("raw_handle")
+    encoded = handle.get("b64") if isinstance(handle, dict) else None
+    if not isinstance(encoded, str):
+        raise InvalidInputError(
+            "CUDA shared memory register request needs 'raw_handle' as an object whose 'b64' "
+            f"string is the base64 of a cudaIpcMemHandle_t, got {handle!r:.80}"
+        )
+    try:
+        raw_handle = base64.b64decode(encoded, validate=True)
+    except binascii.Error as exc:
+        raise InvalidInputError(
+            f"CUDA shared memory register request: 'raw_handle' is not base64: {exc}"
+        ) from exc
+    device_id = _nonnegative(body, "device_id", "CUDA shared memory")
+    return raw_handle, device_id, _nonnegative(body, "byte_size", "CUDA shared memory")
+
+
+def _nonnegative(body: JsonObject, key: str, kind: str, default: int | None = None) -> int:
+    # A register body's integer field (required unless it has a default), >= 0.
+    value = body.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidInputError(
+            f"{kind} register request needs '{key}' as an integer >= 0, got {value!r:.80}"
+        )
+    return value
+
+
+def load_request(model: str, body: JsonObject) -> pb.RepositoryModelLoadRequest:
+    """The gRPC load request of an HTTP load body (`config` JSON, `file:` content in base64)."""
+    request = pb.RepositoryModelLoadRequest(model_name=model)
+    for key, value in parameters_of(body, f"load of model '{model}'").items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InvalidInputError("load parameter 'config' must be a string of JSON")
+            request.parameters[key].string_param = value
+        elif key.startswith("file:"):
+            if not isinstance(value, str):
+                raise InvalidInputError(f"load parameter '{key}' must be a base64 string")
+            try:
+                request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise InvalidInputError(f"load parameter '{key}' is not base64: {exc}") from exc
+    return request
+
+
+def trace_json(settings: TraceSettings) -> JsonObject:
+    """The trace settings as Triton's HTTP front end shows them in OpenTelemetry mode."""
+    return {
+        "trace_level": [settings.level],
+        "trace_rate": str(settings.rate),
+        "trace_count": str(settings.count),
+        "trace_mode": "opentelemetry",
+    }
+
+
+def log_changes(body: JsonObject) -> dict[str, bool | int | str]:
+    """The settings a logging body changes; null values change nothing, as in Triton."""
+    changes: dict[str, bool | int | str] = {}
+    for key, value in body.items():
+        if value is None:
+            continue
+        if not isinstance(value, bool | int | str):
+            raise InvalidInputError(f"log setting '{key}' must be a boolean, integer or string")
+        changes[key] = value
+    return changes
+
+
+class AdminRoutes:
+    """Handlers for `v2/systemsharedmemory`, `v2/cudasharedmemory`, `v2[/models/{m}]/trace/
+    setting` and `v2/logging`."""
+
+    def __init__(
+        self,
+        repository: Repository,
+        shared_memory: SharedMemory,
+        trace: TraceSettings,
+        logs: LogControl | None,
+    ) -> None:
+        self._repository = repository
+        self._shared_memory = shared_memory  # the gRPC servicer's too: one set of regions
+        self._trace = trace
+        self._logs = logs
+
+    async def shm_status(self, request: web.Request) -> web.Response:
+        regions = self._shared_memory.system.status(request.match_info.get("region", ""))
+        return web.json_response([region_json(region) for region in regions])
+
+    async def shm_register(self, request: web.Request) -> web.Response:
+        system = self._shared_memory.system
+        key, offset, byte_size = register_request(parse_json(await request.read()))
+        system.register(request.match_info["region"], key, offset, byte_size)
+        return web.Response(status=200)
+
+    async def shm_unregister(self, request: web.Request) -> web.Response:
+        self._shared_memory.system.unregister(request.match_info.get("region", ""))
+        return web.Response(status=200)
+
+    async def cuda_shm_status(self, request: web.Request) -> web.Response:
+        regions = self._shared_memory.cuda_status(request.match_info.get("region", ""))
+        return web.json_response([cuda_region_json(region) for region in regions])
+
+    async def cuda_shm_register(self, request: web.Request) -> web.Response:
+        cuda = self._shared_memory.cuda  # without a GPU, refused whatever the body holds
+        raw_handle, device_id, byte_size = cuda_register_request(parse_json(await request.read()))
+        cuda.register(request.match_info["region"], raw_handle, device_id, byte_size)
+        return web.Response(status=200)
+
+    async def cuda_shm_unregister(self, request: web.Request) -> web.Response:
+        self._shared_memory.cuda_unregister(request.match_info.get("region", ""))
+        return web.Response(status=200)
+
+    async def trace_setting(self, request: web.Request) -> web.Response:
+        model = request.match_info.get("model", "")
+        if model and not self._repository.is_ready(model):
+            raise InvalidInputError(f"Request for unknown model : {model}")
+        if request.method == "POST" and parse_json(await request.read()):
+            raise UnsupportedError(_FIXED_TRACE)  # as the gRPC TraceSetting answers
+        return web.json_response(trace_json(self._trace))
+
+    async def logging(self, request: web.Request) -> web.Response:
+        if self._logs is None:
+            raise UnsupportedError(_NO_LOGS)
+        if request.method == "POST":
+            self._logs.update(log_changes(parse_json(await request.read())))
+        return web.json_response(self._logs.settings())

@@ -1,0 +1,197 @@
+"""Triton's generate extension: a flat JSON object in (input name -> value or list, anything else
+a request parameter), a flat JSON object out (output name -> value or list), as one JSON body
+(`generate`) or as server-sent events (`generate_stream`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from backends import BackendError, on_host
+from batching import BatchingError
+from server.contract.errors import InvalidInputError, ModelNotReadyError, ServerError
+from server.contract.model_io import ModelIO
+from server.contract.requests import (
+    InferInput,
+    InferOptions,
+    InferRequest,
+    ParameterValue,
+    model_parameters,
+)
+from server.contract.responses import InferResponse
+from server.core.engine import Engine
+from server.frontend.http.codec import (
+    JsonObject,
+    decode_json_data,
+    json_data,
+    parse_json,
+    trace_carrier,
+)
+from server.frontend.http.status import http_status_for
+
+# Keys of a generate answer that are not outputs (Triton's "reserved" names).
+RESERVED = ("id", "model_name", "model_version")
+_PARAMETER_TYPES = (str, int, float, bool)
+
+
+def generate_inputs(
+    body: JsonObject, io: ModelIO
+) -> tuple[list[InferInput], str, dict[str, ParameterValue]]:
+    """The input tensors a generate request names, its request id and its parameters.
+
+    A key naming a model input becomes that tensor, shaped from the model's metadata shape: its
+    fixed dimensions take their share of the values, the innermost variable one the rest, other
+    variable ones 1 (so a scalar for `[-1, 1]` is `[1, 1]`). Every other key, and each member of
+    `parameters`, is a request parameter, as in Triton (a Python model's `request.parameters()`
+    shows them)."""
+    request_id = body.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidInputError(f"generate request 'id' must be a string, got {request_id!r:.80}")
+    inputs = []
+    parameters: list[tuple[str, Any]] = []
+    for key, value in body.items():
+        spec = io.inputs.get(key)
+        if spec is None:
+            if key == "parameters":
+                _check_parameters(value)
+                parameters.extend(value.items())
+            elif key != "id":
+                _check_parameter(key, value)
+                parameters.append((key, value))
+            continue
+        where = f"generate input '{key}' of model '{io.model}'"
+        count = _count(value)
+        dims = (-1, *spec.dims) if io.max_batch_size > 0 else spec.dims
+        shape = tensor_shape(dims, count)
+        if shape is None:
+            raise InvalidInputError(
+                f"{where}: {count} value(s) cannot fill a tensor of shape {list(dims)}"
+            )
+        array = decode_json_data(value, spec.datatype, shape, where)
+        inputs.append(InferInput(key, spec.datatype.wire, shape, array))
+    return inputs, request_id, model_parameters(parameters)
+
+
+def tensor_shape(dims: tuple[int, ...], count: int) -> tuple[int, ...] | None:
+    """The shape that `count` values fill, with -1 dims sized as Triton's generate endpoint sizes
+    them; None when the values cannot fill `dims`."""
+    left = count
+    for dim in dims:
+        if dim != -1:
+            if dim <= 0 or left % dim:
+                return None
+            left //= dim
+    shape = list(dims)
+    for index in reversed(range(len(shape))):
+        if shape[index] == -1:
+            shape[index], left = left, 1
+    return tuple(shape) if left == 1 else None
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(_count(item) for item in value)
+    return 1
+
+
+def _check_parameters(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise InvalidInputError("generate request 'parameters' must be a JSON object")
+    for key, item in value.items():
+        _check_parameter(key, item)
+
+
+def _check_parameter(key: str, value: Any) -> None:
+    if not isinstance(value, _PARAMETER_TYPES):
+        raise InvalidInputError(
+            f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+            f"'string' (or it is not an input of the model), got {value!r:.80}"
+        )
+
+
+def generate_answer(response: InferResponse, request_id: str) -> JsonObject:
+    """The generate answer: model name and version, the id if given, then each output by name
+    (a single value as itself, several as a flat list)."""
+    answer: JsonObject = {"model_name": response.model, "model_version": str(response.version)}
+    if request_id:
+        answer["id"] = request_id
+    for output in response.outputs:
+        values = json_data(output.spec.datatype, on_host(output.array))
+        answer.setdefault(output.spec.name, values[0] if len(values) == 1 else values)
+    return answer
+
+
+def event(value: JsonObject) -> bytes:
+    """One server-sent event carrying a JSON object."""
+    return b"data: " + json.dumps(value).encode("utf-8") + b"\n\n"
+
+
+class GenerateRoutes:
+    """The `generate` and `generate_stream` handlers of every model (and version)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._repository = engine.repository
+
+    def _io(self, name: str, version: str) -> ModelIO:
+        """The tensors a request maps onto; an evicted model's come from its config, so that
+        lazy loading (in `Engine.infer`) still applies."""
+        try:
+            return self._repository.get(name, version).io
+        except ModelNotReadyError:
+            config = self._repository.entry(name).config
+            if not self._repository.is_evicted(name) or config is None:
+                raise
+            return ModelIO.from_config(config)
+
+    async def _request(self, request: web.Request) -> InferRequest:
+        name, version = request.match_info["model"], request.match_info.get("version", "")
+        body = parse_json(await request.read())
+        inputs, request_id, parameters = generate_inputs(body, self._io(name, version))
+        carrier = trace_carrier(request.headers) if self._engine.tracing else None
+        options = InferOptions(parameters=parameters)
+        return InferRequest(name, version, inputs, [], options, request_id, carrier)
+
+    async def generate(self, request: web.Request) -> web.Response:
+        decoded = await self._request(request)
+        response = await self._engine.infer(decoded)
+        return web.json_response(generate_answer(response, decoded.request_id))
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """One event per response: a decoupled model's every response, any other model's one.
+        A request the model failed is answered as an error event with the error's status
+        (Triton's way); one refused before it ran, as a JSON error."""
+        decoded = await self._request(request)
+        request_id = decoded.request_id
+        responses = self._engine.infer_stream(decoded).__aiter__()
+        try:
+            first: tuple[InferResponse | BackendError | None, bool] | None = await anext(responses)
+            status = 200
+        except StopAsyncIteration:
+            first, status = None, 200
+        except (BackendError, BatchingError) as exc:
+            first, status = (BackendError(str(exc)), True), http_status_for(exc)
+        stream = web.StreamResponse(
+            status=status, headers={"Content-Type": "text/event-stream; charset=utf-8"}
+        )
+        await stream.prepare(request)
+        try:
+            if first is not None:
+                await stream.write(_event_of(first[0], request_id))
+                if status == 200 and not first[1]:
+                    async for response, _ in responses:
+                        await stream.write(_event_of(response, request_id))
+        except (ServerError, BackendError, BatchingError) as exc:  # mid-stream: in-band
+            await stream.write(event({"error": str(exc)}))
+        await stream.write_eof()
+        return stream
+
+
+def _event_of(response: InferResponse | BackendError | None, request_id: str) -> bytes:
+    if response is None:
+        return b""  # a final flag alone sends nothing
+    if isinstance(response, BackendError):
+        return event({"error": str(response)})
+    return event(generate_answer(response, request_id))
