@@ -51,3 +51,12 @@ class AlreadyExistsError(ServerError):
 
 class RegionNotFoundError(ServerError):
     """No shared memory region is registered under that name."""
+
+
+class UnavailableError(ServerError):
+    """The core refused or dropped a request for now (queue full, timed out in the queue, the
+    version closing); the same request may succeed later."""
+
+
+class InternalError(ServerError):
+    """The core failed in a way the request did not cause (a model failed to run or load)."""

@@ -7,11 +7,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy.typing as npt
-
 from server.contract.errors import InvalidInputError
 
 ParameterValue = bool | int | float | str  # one request parameter's value
+Location = tuple[str, int, int]  # (region name, offset in bytes, byte size) of one tensor
 Parameters = Mapping[str, ParameterValue]  # the parameters a model receives
 
 
@@ -68,13 +67,17 @@ class InferRequest:
     options: InferOptions
     request_id: str = ""
     carrier: Mapping[str, str] | None = None  # trace headers, when tracing is on
+    # Outputs the core writes into a registered shared memory region instead of answering them.
+    output_locations: Mapping[str, Location] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class InferInput:
-    """One input tensor as the client sent it, already decoded from the wire."""
+    """One input tensor as the client sent it, already decoded from the wire, or where in a
+    registered shared memory region the core reads it."""
 
     name: str
     datatype: str  # wire name, e.g. "FP32"
     shape: tuple[int, ...]
-    array: npt.NDArray[Any]
+    array: Any  # a NumPy array (a CuPy one for an input in a CUDA region); None: in `location`
+    location: Location | None = None

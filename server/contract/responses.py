@@ -1,4 +1,5 @@
-"""What the core answers a front end: a response's outputs, each with the config's declaration."""
+"""What the core answers a front end: a response's outputs, each with the config's declaration
+and its shape."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ class InferOutput:
     """One output to send back, with the config's declaration of it."""
 
     spec: TensorSpec
-    array: npt.NDArray[Any]
+    shape: tuple[int, ...]
+    # Host memory when it reaches a front end; None: the core wrote it to its shared memory region.
+    array: npt.NDArray[Any] | None
 
 
 @dataclass(frozen=True, slots=True)

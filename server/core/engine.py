@@ -241,5 +241,8 @@ def _response(target: ModelVersion, produced: Any, requested: Sequence[str]) -> 
     return InferResponse(
         target.name,
         target.version,
-        [InferOutput(target.io.outputs[name], produced[name]) for name in names],
+        [
+            InferOutput(target.io.outputs[name], tuple(produced[name].shape), produced[name])
+            for name in names
+        ],
     )

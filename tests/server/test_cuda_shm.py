@@ -1,7 +1,8 @@
 """CUDA shared memory: the bounds shared with system shared memory, the registry, the regions of
-both kinds behind one `SharedMemory`, the RPCs without CUDA (UNIMPLEMENTED, as before), and, on a
-GPU machine, round trips over gRPC and HTTP through a real server whose client opens regions with
-CuPy or with `tritonclient.utils.cuda_shared_memory`."""
+both kinds behind one `SharedMemory` (which resolves the locations the codecs decode), the RPCs
+without CUDA (UNIMPLEMENTED, as before), and, on a GPU machine, round trips over gRPC and HTTP
+through a real server whose client opens regions with CuPy or with
+`tritonclient.utils.cuda_shared_memory`."""
 
 from __future__ import annotations
 
@@ -87,24 +88,25 @@ def _http_body(region: str) -> dict[str, Any]:
     return {"inputs": [tensor], "outputs": [{"name": "OUTPUT0", "parameters": parameters}]}
 
 
-def test_both_codecs_look_regions_up_in_both_registries() -> None:
-    shared = SharedMemory(SharedMemoryRegistry(), CudaSharedMemoryRegistry())
+def test_both_codecs_carry_locations_that_the_regions_of_both_kinds_resolve() -> None:
+    location = ("nowhere", 0, BYTES)
     request, body = _request("nowhere"), _http_body("nowhere")
-    assert grpc_codec.output_locations(request) == {"OUTPUT0": ("nowhere", 0, BYTES)}
-    assert http_codec.output_locations(body) == {"OUTPUT0": ("nowhere", 0, BYTES)}
+    assert grpc_codec.output_locations(request) == {"OUTPUT0": location}
+    assert http_codec.output_locations(body) == {"OUTPUT0": location}
+    for (tensor,) in (grpc_codec.decode_inputs(request), http_codec.decode_inputs(body, b"", "m")):
+        assert (tensor.name, tensor.location, tensor.array) == ("INPUT0", location, None)
+    shared = SharedMemory(SharedMemoryRegistry(), CudaSharedMemoryRegistry())
     unknown = "Unable to find shared memory region: 'nowhere'"  # Triton's words, either kind
     with pytest.raises(RegionNotFoundError, match=unknown):
-        grpc_codec.decode_inputs(request, shared)
+        shared.read("INPUT0", BY_WIRE["FP32"], (1, 16), location)
     with pytest.raises(RegionNotFoundError, match=unknown):
-        http_codec.decode_inputs(body, b"", "simple", shared)
-    with pytest.raises(RegionNotFoundError, match=unknown):
-        shared.write(("nowhere", 0, BYTES), BY_WIRE["FP32"], np.zeros((1, 16), np.float32))
+        shared.write(location, BY_WIRE["FP32"], np.zeros((1, 16), np.float32))
 
 
 def test_without_system_shared_memory_a_region_not_in_cuda_is_refused() -> None:
     shared = SharedMemory(None, CudaSharedMemoryRegistry())
     with pytest.raises(UnsupportedError, match="system shared memory is not enabled"):
-        http_codec.decode_inputs(_http_body("r"), b"", "simple", shared)
+        shared.read("INPUT0", BY_WIRE["FP32"], (1, 16), ("r", 0, BYTES))
     with pytest.raises(UnsupportedError, match="system shared memory is not enabled"):
         shared.system.status()
 

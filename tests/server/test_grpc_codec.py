@@ -8,7 +8,6 @@ import pytest
 from proto import grpc_service_pb2 as pb
 from server.contract.datatypes import BY_WIRE, decode_raw, encode_bytes, encode_raw
 from server.contract.errors import InvalidInputError
-from server.core.shared_memory.regions import SharedMemory
 from server.frontend.grpc.codec import decode_inputs
 
 FIXED_TYPES = {
@@ -71,7 +70,7 @@ def _request(*tensors: pb.ModelInferRequest.InferInputTensor, raw: list[bytes] |
 def test_typed_contents_decode_to_arrays() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="INT16", shape=[2, 2])
     tensor.contents.int_contents.extend([1, -2, 3, 4])
-    (decoded,) = decode_inputs(_request(tensor), SharedMemory())
+    (decoded,) = decode_inputs(_request(tensor))
     assert decoded.array.dtype == np.int16
     assert decoded.array.tolist() == [[1, -2], [3, 4]]
 
@@ -80,14 +79,14 @@ def test_typed_contents_out_of_range_is_rejected() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="INT8", shape=[1])
     tensor.contents.int_contents.append(300)
     with pytest.raises(InvalidInputError, match="does not fit in INT8"):
-        decode_inputs(_request(tensor), SharedMemory())
+        decode_inputs(_request(tensor))
 
 
 def test_typed_contents_count_must_match_shape() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[3])
     tensor.contents.fp32_contents.extend([1.0, 2.0])
     with pytest.raises(InvalidInputError, match="2 FP32 values"):
-        decode_inputs(_request(tensor), SharedMemory())
+        decode_inputs(_request(tensor))
 
 
 @pytest.mark.parametrize("wire", ["FP16", "BF16"])
@@ -95,26 +94,26 @@ def test_half_types_have_no_typed_contents(wire: str) -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype=wire, shape=[1])
     tensor.contents.fp32_contents.append(1.0)
     with pytest.raises(InvalidInputError, match="raw_input_contents"):
-        decode_inputs(_request(tensor), SharedMemory())
+        decode_inputs(_request(tensor))
 
 
 def test_mixing_raw_and_contents_is_rejected() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[1])
     tensor.contents.fp32_contents.append(1.0)
     with pytest.raises(InvalidInputError, match="contents field must not be specified"):
-        decode_inputs(_request(tensor, raw=[b"\x00" * 4]), SharedMemory())
+        decode_inputs(_request(tensor, raw=[b"\x00" * 4]))
 
 
 def test_more_raw_buffers_than_inputs_is_rejected() -> None:
     tensor = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[1])
     with pytest.raises(InvalidInputError, match="expected 1 raw input contents"):
-        decode_inputs(_request(tensor, raw=[b"\x00" * 4, b"\x00" * 4]), SharedMemory())
+        decode_inputs(_request(tensor, raw=[b"\x00" * 4, b"\x00" * 4]))
 
 
 def test_unknown_datatype_and_missing_data_are_rejected() -> None:
     odd = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FLOAT", shape=[1])
     with pytest.raises(InvalidInputError, match="unknown datatype 'FLOAT'"):
-        decode_inputs(_request(odd), SharedMemory())
+        decode_inputs(_request(odd))
     empty = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[1])
     with pytest.raises(InvalidInputError, match="carries no data"):
-        decode_inputs(_request(empty), SharedMemory())
+        decode_inputs(_request(empty))

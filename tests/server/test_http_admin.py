@@ -9,6 +9,7 @@ import pytest
 from server.contract.errors import InvalidInputError
 from server.contract.settings import TraceSettings
 from server.core.engine import Engine
+from server.core.local import LocalCore
 from server.core.repository import Repository
 from server.core.shared_memory.regions import SharedMemory
 from server.core.shared_memory.system import SharedMemoryRegistry
@@ -88,10 +89,8 @@ def test_log_changes_skip_nulls_and_refuse_objects() -> None:
 
 
 def test_every_route_belongs_to_a_restrictable_group() -> None:
-    engine = Engine(Repository((), 1))
-    front = HttpFrontEnd(
-        engine, "0", False, 1024, shared_memory=SharedMemory(SharedMemoryRegistry())
-    )
+    core = LocalCore(Engine(Repository((), 1)), SharedMemory(SharedMemoryRegistry()))
+    front = HttpFrontEnd(core, "0", False, 1024)
     routes = front.routes()
     assert {group for _, _, _, group in routes} == RESTRICTABLE_GROUPS
     paths = {(method, path) for method, path, _, _ in routes}

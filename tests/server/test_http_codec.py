@@ -46,7 +46,7 @@ def test_json_data_may_be_nested_or_flat() -> None:
             _fp32("B", [2, 2], data=[1, 2, 3, 4]),
         ]
     }
-    a, b = decode_inputs(request, b"", "m", SharedMemory())
+    a, b = decode_inputs(request, b"", "m")
     np.testing.assert_array_equal(a.array, np.array([[1, 2.5], [3, 4]], dtype=np.float32))
     assert b.array.dtype == np.float32 and b.shape == (2, 2)
 
@@ -68,7 +68,7 @@ def test_binary_inputs_take_their_bytes_in_order() -> None:
     }
     text = json.dumps(header).encode()
     body, tail = split_body(text + binary, str(len(text)))
-    a, s = decode_inputs(body, tail, "m", SharedMemory())
+    a, s = decode_inputs(body, tail, "m")
     np.testing.assert_array_equal(a.array, first)
     assert list(s.array) == [b"ab", b""]
 
@@ -87,13 +87,7 @@ def test_binary_inputs_take_their_bytes_in_order() -> None:
 )
 def test_bad_inputs_are_invalid(tensor: dict[str, object], binary: bytes, expected: str) -> None:
     with pytest.raises(InvalidInputError, match=expected.replace("[", r"\[")):
-        decode_inputs({"inputs": [tensor]}, binary, "m", SharedMemory())
-
-
-def test_shared_memory_needs_a_registry() -> None:
-    tensor = _fp32("A", [1], parameters={"shared_memory_region": "r", "shared_memory_byte_size": 4})
-    with pytest.raises(UnsupportedError, match="system shared memory is not enabled"):
-        decode_inputs({"inputs": [tensor]}, b"", "m", SharedMemory())
+        decode_inputs({"inputs": [tensor]}, binary, "m")
 
 
 @pytest.mark.parametrize(
@@ -115,7 +109,7 @@ def test_an_input_has_exactly_one_source(
 ) -> None:
     tensor = _fp32("A", [1], parameters=parameters, **extra)
     with pytest.raises(InvalidInputError, match=expected):
-        decode_inputs({"inputs": [tensor]}, b"", "m", SharedMemory(SharedMemoryRegistry()))
+        decode_inputs({"inputs": [tensor]}, b"", "m")
 
 
 def test_output_locations_name_the_outputs_in_shared_memory() -> None:
@@ -150,13 +144,18 @@ def test_binary_outputs_follow_the_json_header() -> None:
     other = TensorSpec("JSON", BY_WIRE["INT32"], (2,), False)
     array = np.array([[1.5, -2.0]], dtype=np.float32)
     response = InferResponse(
-        "m", 3, [InferOutput(spec, array), InferOutput(other, np.array([[7, 8]], np.int32))]
+        "m",
+        3,
+        [
+            InferOutput(spec, (1, 2), array),
+            InferOutput(other, (1, 2), np.array([[7, 8]], np.int32)),
+        ],
     )
     names, binary = requested_outputs(
         {"outputs": [{"name": "OUT", "parameters": {"binary_data": True}}, {"name": "JSON"}]}
     )
     assert names == ["OUT", "JSON"] and binary == frozenset({"OUT"})
-    body, length = encode_response(response, "id-1", binary, {}, SharedMemory())
+    body, length = encode_response(response, "id-1", binary)
     assert length is not None
     header = json.loads(body[:length])
     assert header["id"] == "id-1" and header["model_version"] == "3"
@@ -218,19 +217,20 @@ def region() -> Iterator[SharedMemory]:
         memory.unlink()
 
 
-def test_shared_memory_inputs_and_outputs_use_the_region(region: SharedMemory) -> None:
+def test_shared_memory_inputs_and_outputs_carry_no_data(region: SharedMemory) -> None:
     parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
-    (a,) = decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m", region)
-    np.testing.assert_array_equal(a.array, np.arange(4, dtype=np.float32))
-    spec = TensorSpec("OUT", BY_WIRE["FP32"], (4,), False)
-    doubled = np.arange(4, dtype=np.float32) * 2
-    response = InferResponse("m", 1, [InferOutput(spec, doubled)])
-    body, length = encode_response(response, "", None, {"OUT": ("r", 16, 16)}, region)
+    (a,) = decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m")
+    assert a.array is None and a.location == ("r", 0, 16)
+    fp32 = BY_WIRE["FP32"]
+    np.testing.assert_array_equal(
+        region.read("A", fp32, (4,), a.location), np.arange(4, dtype=np.float32)
+    )
+    spec = TensorSpec("OUT", fp32, (4,), False)
+    response = InferResponse("m", 1, [InferOutput(spec, (4,), None)])  # the core wrote it
+    body, length = encode_response(response, "", None)
     assert length is None  # nothing binary left in the body
     (out,) = json.loads(body)["outputs"]
     assert out == {"name": "OUT", "datatype": "FP32", "shape": [4]}
-    written = region.system.read("r", 16, 16)
-    np.testing.assert_array_equal(np.frombuffer(written, np.float32), doubled)
 
 
 def test_the_facade_reads_and_writes_system_regions(region: SharedMemory) -> None:
@@ -258,5 +258,7 @@ def test_shared_memory_reads_stay_inside_the_region(region: SharedMemory) -> Non
         "shared_memory_byte_size": 16,
         "shared_memory_offset": 20,
     }
+    (a,) = decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m")
+    assert a.location is not None
     with pytest.raises(InvalidInputError, match="fall outside"):
-        decode_inputs({"inputs": [_fp32("A", [4], parameters=parameters)]}, b"", "m", region)
+        region.read("A", BY_WIRE["FP32"], (4,), a.location)

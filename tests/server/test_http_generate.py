@@ -80,8 +80,8 @@ def test_answer_has_one_key_per_output_and_single_values_unwrapped() -> None:
         "m",
         2,
         [
-            InferOutput(row, np.array([[1, 2, 3]], np.int32)),
-            InferOutput(word, np.array([[b"hi"]], dtype=object)),
+            InferOutput(row, (1, 3), np.array([[1, 2, 3]], np.int32)),
+            InferOutput(word, (1, 1), np.array([[b"hi"]], dtype=object)),
         ],
     )
     answer = generate_answer(response, "g-1")

@@ -2,13 +2,12 @@
 (`SharedMemory`); the core owns them, so a region registered once serves every front end."""
 
 from server.core.shared_memory.cuda import CudaRegion, CudaSharedMemoryRegistry
-from server.core.shared_memory.regions import Location, SharedMemory
+from server.core.shared_memory.regions import SharedMemory
 from server.core.shared_memory.system import Region, SharedMemoryRegistry
 
 __all__ = [
     "CudaRegion",
     "CudaSharedMemoryRegistry",
-    "Location",
     "Region",
     "SharedMemory",
     "SharedMemoryRegistry",

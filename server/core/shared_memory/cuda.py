@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from backends import cuda_available, cuda_device_count, import_cupy, is_device_array
+from server.contract.core import NO_CUDA_SHM
 from server.contract.errors import (
     AlreadyExistsError,
     InvalidInputError,
@@ -23,10 +24,6 @@ from server.core.shared_memory.system import check_bounds, check_fits
 _log = logging.getLogger(__name__)
 
 CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
-NO_CUDA_SHM = (
-    "CUDA shared memory needs a CUDA device and Convoy's gpu extra (onnxruntime-gpu with "
-    "CUDAExecutionProvider, cupy-cuda13x); this server has no usable GPU"
-)
 
 
 @dataclass(slots=True)

@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 
 from backends import is_device_array, on_host
+from server.contract.core import NO_CUDA_SHM
 from server.contract.datatypes import DataType, decode_raw, encode_raw
 from server.contract.errors import RegionNotFoundError, UnsupportedError
-from server.core.shared_memory.cuda import NO_CUDA_SHM, CudaRegion, CudaSharedMemoryRegistry
+from server.contract.requests import Location
+from server.core.shared_memory.cuda import CudaRegion, CudaSharedMemoryRegistry
 from server.core.shared_memory.system import SharedMemoryRegistry
 
-Location = tuple[str, int, int]  # (region name, offset in bytes, byte size) of one tensor
 NO_SYSTEM_SHM = "system shared memory is not enabled in this server"
 
 

@@ -7,13 +7,11 @@ from typing import Any
 
 import numpy.typing as npt
 
-from backends import on_host
 from proto import grpc_service_pb2 as pb
 from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.contract.errors import InvalidInputError, UnsupportedError
-from server.contract.requests import InferInput, InferOptions, model_parameters
+from server.contract.requests import InferInput, InferOptions, Location, model_parameters
 from server.contract.responses import InferResponse
-from server.core.shared_memory.regions import Location, SharedMemory
 
 _NO_OPTIONS = InferOptions()
 
@@ -34,12 +32,12 @@ _CONTENTS_FIELD = {
 }
 
 
-def decode_inputs(request: pb.ModelInferRequest, shared_memory: SharedMemory) -> list[InferInput]:
+def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     """The request's input tensors as arrays; wire-level mistakes are INVALID_ARGUMENT.
 
-    An input whose parameters name a shared memory region is read from it and carries no data;
-    raw_input_contents then holds one entry per other input, in order. An input in a CUDA region
-    is a CuPy view of it (BYTES excepted: those are parsed on the host).
+    An input whose parameters name a shared memory region carries its location (the core reads
+    it from the region) and no data; raw_input_contents then holds one entry per other input, in
+    order.
     """
     raw = request.raw_input_contents
     tensors = request.inputs
@@ -67,8 +65,9 @@ def decode_inputs(request: pb.ModelInferRequest, shared_memory: SharedMemory) ->
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
         region = regions[index]
         if region is not None:
-            array = shared_memory.read(name, datatype, shape, region)
-        elif raw:
+            decoded.append(InferInput(name, datatype.wire, shape, None, region))
+            continue
+        if raw:
             array = decode_raw(name, datatype, shape, raw[raw_index])
             raw_index += 1
         elif tensor.HasField("contents"):
@@ -170,14 +169,9 @@ def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
     return value
 
 
-def encode_response(
-    response: InferResponse,
-    request_id: str,
-    locations: Mapping[str, Location],
-    shared_memory: SharedMemory,
-) -> pb.ModelInferResponse:
+def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferResponse:
     """Outputs in raw_output_contents, as Triton's gRPC front end always answers; an output
-    placed in shared memory is written there and keeps an empty entry (indexes stay aligned)."""
+    the core wrote to shared memory keeps an empty entry (indexes stay aligned)."""
     message = pb.ModelInferResponse(
         model_name=response.model, model_version=str(response.version), id=request_id
     )
@@ -186,14 +180,9 @@ def encode_response(
         tensor = message.outputs.add()
         tensor.name = output.spec.name
         tensor.datatype = datatype.wire
-        tensor.shape.extend(output.array.shape)
-        location = locations.get(output.spec.name)
-        if location is not None:
-            shared_memory.write(location, datatype, output.array)
-            data = b""
-        else:
-            data = encode_raw(datatype, on_host(output.array))
-        message.raw_output_contents.append(data)
+        tensor.shape.extend(output.shape)
+        array = output.array
+        message.raw_output_contents.append(b"" if array is None else encode_raw(datatype, array))
     return message
 
 

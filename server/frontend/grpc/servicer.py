@@ -10,10 +10,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from backends import BackendError
-from batching import BatchingError
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
+from server.contract.core import Core, LogValue
 from server.contract.errors import (
     InvalidInputError,
     ModelControlDisabledError,
@@ -21,12 +20,8 @@ from server.contract.errors import (
     ServerError,
     UnsupportedError,
 )
-from server.contract.logs import LogControl
 from server.contract.requests import InferRequest
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
-from server.core.catalog import index_entries, model_metadata, model_statistics, statistics_targets
-from server.core.engine import Engine
-from server.core.shared_memory.regions import SharedMemory
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.grpc.codec import (
     decode_inputs,
@@ -81,7 +76,7 @@ def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
             if self._restricted:
                 self._check_restricted(RPC_GROUPS[method.__name__], context)
             return await method(self, request, context)
-        except (ServerError, BackendError, BatchingError) as exc:
+        except ServerError as exc:
             code, message = status_for(exc), str(exc)
         except Exception as exc:
             _log.exception("%s failed unexpectedly", method.__name__)
@@ -123,23 +118,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(
         self,
-        engine: Engine,
+        core: Core,
         version: str,
         model_control: bool = False,
         restricted: Sequence[RestrictedProtocol] = (),
         trace: TraceSettings | None = None,
-        logs: LogControl | None = None,
-        *,
-        shared_memory: SharedMemory,
     ) -> None:
-        self._engine = engine
-        self._repository = engine.repository
+        self._core = core
         self._version = version
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._restricted = tuple(restricted)
         self._trace = trace or TraceSettings()
-        self._logs = logs
-        self._shared_memory = shared_memory  # the HTTP front end's too: one set of regions
 
     def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
         rules = [rule for rule in self._restricted if group in rule.groups]
@@ -160,93 +149,77 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerReady(
         self, request: pb.ServerReadyRequest, context: Any
     ) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self._engine.ready())
+        return pb.ServerReadyResponse(ready=await self._core.server_ready())
 
     @_edge
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Any
     ) -> pb.ModelReadyResponse:
-        ready = not self._engine.stopping and self._repository.is_ready(
-            request.name, request.version
+        return pb.ModelReadyResponse(
+            ready=await self._core.model_ready(request.name, request.version)
         )
-        return pb.ModelReadyResponse(ready=ready)
 
     @_edge
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Any
     ) -> pb.ServerMetadataResponse:
-        return server_metadata(self._version, EXTENSIONS, self._shared_memory.serves_cuda)
+        return server_metadata(self._version, EXTENSIONS, self._core.info.cuda_shared_memory)
 
     @_edge
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Any
     ) -> pb.ModelMetadataResponse:
-        target = self._repository.get(request.name, request.version)
-        # As Triton: a named version lists only itself, an empty one every ready version.
-        versions = (
-            [target.version]
-            if request.version
-            else sorted(self._repository.entry(request.name).ready)
-        )
-        return model_metadata(target, versions)
+        return await self._core.model_metadata(request.name, request.version)
 
     @_edge
     async def ModelConfig(
         self, request: pb.ModelConfigRequest, context: Any
     ) -> pb.ModelConfigResponse:
-        target = self._repository.get(request.name, request.version)
-        return pb.ModelConfigResponse(config=target.config)
+        config = await self._core.model_config(request.name, request.version)
+        return pb.ModelConfigResponse(config=config)
 
     @_edge
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Any
     ) -> pb.ModelStatisticsResponse:
-        versions = statistics_targets(self._repository, request.name, request.version)
-        return pb.ModelStatisticsResponse(model_stats=[model_statistics(v) for v in versions])
+        return await self._core.model_statistics(request.name, request.version)
 
     @_edge
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Any
     ) -> pb.RepositoryIndexResponse:
-        return pb.RepositoryIndexResponse(
-            models=index_entries(self._repository.index(), ready_only=request.ready)
-        )
+        return await self._core.repository_index(request.ready)
 
     @_edge
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        locations = output_locations(request)
-        response = await self._engine.infer(self._decoded(request, context))
-        return encode_response(response, request.id, locations, self._shared_memory)
+        return encode_response(await self._core.infer(self._decoded(request, context)), request.id)
 
     def _decoded(self, request: pb.ModelInferRequest, context: Any) -> InferRequest:
         """The engine's request: tensors decoded (shared memory read), parameters parsed."""
         return InferRequest(
             request.model_name,
             request.model_version,
-            decode_inputs(request, self._shared_memory),
+            decode_inputs(request),
             requested_outputs(request),
             infer_options(request),
             request.id,
-            _trace_headers(context) if self._engine.tracing else None,
+            _trace_headers(context) if self._core.info.tracing else None,
+            output_locations(request),
         )
 
     async def _stream_one(
         self, request: pb.ModelInferRequest, context: Any
-    ) -> AsyncIterator[tuple[pb.ModelInferResponse | BackendError, bool]]:
+    ) -> AsyncIterator[tuple[pb.ModelInferResponse | ServerError, bool]]:
         """A stream request's responses; a decoupled model's final flag without a response
         becomes an empty response only if the request enables it, as Triton's."""
-        locations = output_locations(request)
         empty_final = request.parameters.get("triton_enable_empty_final_response")
-        async for response, final in self._engine.infer_stream(self._decoded(request, context)):
-            if isinstance(response, BackendError):
+        async for response, final in self._core.infer_stream(self._decoded(request, context)):
+            if isinstance(response, ServerError):
                 yield response, final
             elif response is not None:
-                yield (
-                    encode_response(response, request.id, locations, self._shared_memory),
-                    final,
-                )
+                yield encode_response(response, request.id), final
             elif final and empty_final is not None and empty_final.bool_param:
                 yield (
                     pb.ModelInferResponse(
@@ -272,7 +245,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
                 async for response, final in self._stream_one(request, context):
-                    if isinstance(response, BackendError):
+                    if isinstance(response, ServerError):
                         message = _stream_error(request, str(response))
                     else:
                         message = pb.ModelStreamInferResponse(infer_response=response)
@@ -280,7 +253,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     message.infer_response.parameters["triton_final_response"].bool_param = final
                     answers.put_nowait(message)
                 return
-            except (ServerError, BackendError, BatchingError) as exc:
+            except ServerError as exc:
                 message = _stream_error(request, str(exc))
             except Exception as exc:  # one request's fault never ends the stream
                 _log.exception("stream request '%s' failed unexpectedly", request.id)
@@ -312,7 +285,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not self._model_control:
             raise ModelControlDisabledError()
         override, files = load_parameters(request)
-        await self._repository.load(request.model_name, override, files)
+        await self._core.load_model(request.model_name, override, files)
         return pb.RepositoryModelLoadResponse()
 
     @_edge
@@ -322,8 +295,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not self._model_control:
             raise ModelControlDisabledError()
         dependents = request.parameters.get("unload_dependents")
-        await self._repository.unload(
-            request.model_name, unload_dependents=dependents is not None and dependents.bool_param
+        await self._core.unload_model(
+            request.model_name, dependents is not None and dependents.bool_param
         )
         return pb.RepositoryModelUnloadResponse()
 
@@ -331,24 +304,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Any
     ) -> pb.SystemSharedMemoryStatusResponse:
-        status = pb.SystemSharedMemoryStatusResponse
-        return status(
-            regions={
-                region.name: status.RegionStatus(
-                    name=region.name,
-                    key=region.key,
-                    offset=region.offset,
-                    byte_size=region.byte_size,
-                )
-                for region in self._shared_memory.system.status(request.name)
-            }
-        )
+        return await self._core.system_shm_status(request.name)
 
     @_edge
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self._shared_memory.system.register(
+        await self._core.system_shm_register(
             request.name, request.key, request.offset, request.byte_size
         )
         return pb.SystemSharedMemoryRegisterResponse()
@@ -357,28 +319,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self._shared_memory.system.unregister(request.name)
+        await self._core.system_shm_unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_edge
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Any
     ) -> pb.CudaSharedMemoryStatusResponse:
-        status = pb.CudaSharedMemoryStatusResponse
-        return status(
-            regions={
-                region.name: status.RegionStatus(
-                    name=region.name, device_id=region.device_id, byte_size=region.byte_size
-                )
-                for region in self._shared_memory.cuda_status(request.name)
-            }
-        )
+        return await self._core.cuda_shm_status(request.name)
 
     @_edge
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self._shared_memory.cuda.register(
+        await self._core.cuda_shm_register(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return pb.CudaSharedMemoryRegisterResponse()
@@ -387,9 +341,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        # Unregistering every region succeeds without a GPU: there is none (perf_analyzer and
-        # tritonclient clean up both kinds of shared memory this way).
-        self._shared_memory.cuda_unregister(request.name)
+        await self._core.cuda_shm_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     @_edge
@@ -403,7 +355,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 "--trace-config at start"
             )
         if request.model_name:
-            self._repository.entry(request.model_name)  # NOT_FOUND for an unknown model
+            await self._core.check_model(request.model_name)
         values = {
             "trace_mode": ["opentelemetry"],
             "trace_level": [self._trace.level],
@@ -421,16 +373,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def LogSettings(
         self, request: pb.LogSettingsRequest, context: Any
     ) -> pb.LogSettingsResponse:
-        if self._logs is None:
-            raise UnsupportedError("log settings are not available in this process")
-        if request.settings:
-            changes: dict[str, bool | int | str] = {}
-            for key, value in request.settings.items():
-                choice = value.WhichOneof("parameter_choice")
-                if choice is None:
-                    raise InvalidInputError(f"log setting '{key}' has no value")
-                changes[key] = getattr(value, choice)
-            self._logs.update(changes)
+        changes: dict[str, LogValue] = {}
+        for key, value in request.settings.items():
+            choice = value.WhichOneof("parameter_choice")
+            if choice is None:
+                raise InvalidInputError(f"log setting '{key}' has no value")
+            changes[key] = getattr(value, choice)
+        settings = await self._core.log_settings(changes)
         return pb.LogSettingsResponse(
-            settings={key: _log_value(value) for key, value in self._logs.settings().items()}
+            settings={key: _log_value(value) for key, value in settings.items()}
         )

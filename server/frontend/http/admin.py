@@ -10,22 +10,17 @@ import binascii
 from aiohttp import web
 
 from proto import grpc_service_pb2 as pb
+from server.contract.core import NO_CUDA_SHM, Core
 from server.contract.errors import InvalidInputError, UnsupportedError
-from server.contract.logs import LogControl
 from server.contract.settings import TraceSettings
-from server.core.repository import Repository
-from server.core.shared_memory.cuda import CudaRegion
-from server.core.shared_memory.regions import SharedMemory
-from server.core.shared_memory.system import Region
 from server.frontend.http.codec import JsonObject, parameters_of, parse_json
 
 _FIXED_TRACE = (
     "trace settings cannot be changed in OpenTelemetry mode; set them with --trace-config at start"
 )
-_NO_LOGS = "log settings are not available in this process"
 
 
-def region_json(region: Region) -> JsonObject:
+def region_json(region: pb.SystemSharedMemoryStatusResponse.RegionStatus) -> JsonObject:
     return {
         "name": region.name,
         "key": region.key,
@@ -34,7 +29,7 @@ def region_json(region: Region) -> JsonObject:
     }
 
 
-def cuda_region_json(region: CudaRegion) -> JsonObject:
+def cuda_region_json(region: pb.CudaSharedMemoryStatusResponse.RegionStatus) -> JsonObject:
     return {"name": region.name, "device_id": region.device_id, "byte_size": region.byte_size}
 
 
@@ -123,55 +118,50 @@ class AdminRoutes:
 
     def __init__(
         self,
-        repository: Repository,
-        shared_memory: SharedMemory,
+        core: Core,
         trace: TraceSettings,
-        logs: LogControl | None,
     ) -> None:
-        self._repository = repository
-        self._shared_memory = shared_memory  # the gRPC servicer's too: one set of regions
+        self._core = core
         self._trace = trace
-        self._logs = logs
 
     async def shm_status(self, request: web.Request) -> web.Response:
-        regions = self._shared_memory.system.status(request.match_info.get("region", ""))
-        return web.json_response([region_json(region) for region in regions])
+        status = await self._core.system_shm_status(request.match_info.get("region", ""))
+        return web.json_response([region_json(region) for region in status.regions.values()])
 
     async def shm_register(self, request: web.Request) -> web.Response:
-        system = self._shared_memory.system
         key, offset, byte_size = register_request(parse_json(await request.read()))
-        system.register(request.match_info["region"], key, offset, byte_size)
+        await self._core.system_shm_register(request.match_info["region"], key, offset, byte_size)
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self._shared_memory.system.unregister(request.match_info.get("region", ""))
+        await self._core.system_shm_unregister(request.match_info.get("region", ""))
         return web.Response(status=200)
 
     async def cuda_shm_status(self, request: web.Request) -> web.Response:
-        regions = self._shared_memory.cuda_status(request.match_info.get("region", ""))
-        return web.json_response([cuda_region_json(region) for region in regions])
+        status = await self._core.cuda_shm_status(request.match_info.get("region", ""))
+        return web.json_response([cuda_region_json(region) for region in status.regions.values()])
 
     async def cuda_shm_register(self, request: web.Request) -> web.Response:
-        cuda = self._shared_memory.cuda  # without a GPU, refused whatever the body holds
+        if not self._core.info.cuda_shared_memory:  # without a GPU, refused whatever the body
+            raise UnsupportedError(NO_CUDA_SHM)
         raw_handle, device_id, byte_size = cuda_register_request(parse_json(await request.read()))
-        cuda.register(request.match_info["region"], raw_handle, device_id, byte_size)
+        await self._core.cuda_shm_register(
+            request.match_info["region"], raw_handle, device_id, byte_size
+        )
         return web.Response(status=200)
 
     async def cuda_shm_unregister(self, request: web.Request) -> web.Response:
-        self._shared_memory.cuda_unregister(request.match_info.get("region", ""))
+        await self._core.cuda_shm_unregister(request.match_info.get("region", ""))
         return web.Response(status=200)
 
     async def trace_setting(self, request: web.Request) -> web.Response:
         model = request.match_info.get("model", "")
-        if model and not self._repository.is_ready(model):
+        if model and not await self._core.model_ready(model, ""):
             raise InvalidInputError(f"Request for unknown model : {model}")
         if request.method == "POST" and parse_json(await request.read()):
             raise UnsupportedError(_FIXED_TRACE)  # as the gRPC TraceSetting answers
         return web.json_response(trace_json(self._trace))
 
     async def logging(self, request: web.Request) -> web.Response:
-        if self._logs is None:
-            raise UnsupportedError(_NO_LOGS)
-        if request.method == "POST":
-            self._logs.update(log_changes(parse_json(await request.read())))
-        return web.json_response(self._logs.settings())
+        changes = log_changes(parse_json(await request.read())) if request.method == "POST" else {}
+        return web.json_response(await self._core.log_settings(changes))

@@ -9,22 +9,16 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from backends import BackendError
-from batching import BatchingError
-from proto import grpc_service_pb2 as pb
 from proto import message_json
+from server.contract.core import Core
 from server.contract.errors import (
     InvalidInputError,
     ModelControlDisabledError,
     RestrictedError,
     ServerError,
 )
-from server.contract.logs import LogControl
 from server.contract.requests import InferRequest
 from server.contract.settings import RestrictedProtocol, TraceSettings
-from server.core.catalog import index_entries, model_metadata, model_statistics, statistics_targets
-from server.core.engine import Engine
-from server.core.shared_memory.regions import SharedMemory
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.http.admin import AdminRoutes, load_request
 from server.frontend.http.codec import (
@@ -58,7 +52,7 @@ async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse
         return await handler(request)
     except web.HTTPException:
         raise
-    except (ServerError, BackendError, BatchingError) as exc:
+    except ServerError as exc:
         return web.json_response({"error": str(exc)}, status=http_status_for(exc))
     except Exception as exc:
         _log.exception("%s %s failed unexpectedly", request.method, request.path)
@@ -86,24 +80,20 @@ class HttpFrontEnd:
 
     def __init__(
         self,
-        engine: Engine,
+        core: Core,
         version: str,
         model_control: bool,
         max_body_bytes: int,
         *,
-        shared_memory: SharedMemory,
-        logs: LogControl | None = None,
         trace: TraceSettings | None = None,
         restricted: Sequence[RestrictedProtocol] = (),
     ) -> None:
-        self._engine = engine
-        self._repository = engine.repository
+        self._core = core
         self._version = version
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._max_body_bytes = max_body_bytes
-        self._shared_memory = shared_memory  # the gRPC servicer's too: one set of regions
-        self._admin = AdminRoutes(self._repository, shared_memory, trace or TraceSettings(), logs)
-        self._generate = GenerateRoutes(engine)
+        self._admin = AdminRoutes(core, trace or TraceSettings())
+        self._generate = GenerateRoutes(core)
         self._restricted = tuple(restricted)
         self._runner: web.AppRunner | None = None
 
@@ -156,11 +146,12 @@ class HttpFrontEnd:
             app.router.add_route(method, path, _guarded(handler, rules) if rules else handler)
         return app
 
-    async def start(self, host: str, port: int) -> int:
-        """Serve on host:port (0 picks a free port); returns the port bound."""
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+        """Serve on host:port (0 picks a free port); returns the port bound. With `reuse_port`,
+        other processes may serve the same port (SO_REUSEPORT)."""
         self._runner = web.AppRunner(self.application(), access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        await web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None).start()
         return int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
@@ -171,48 +162,44 @@ class HttpFrontEnd:
         return web.Response(status=200)
 
     async def ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self._engine.ready() else 400)
+        return web.Response(status=200 if await self._core.server_ready() else 400)
 
     async def model_ready(self, request: web.Request) -> web.Response:
         name, version = _model(request)
-        ready = not self._engine.stopping and self._repository.is_ready(name, version)
+        ready = await self._core.model_ready(name, version)
         return web.Response(status=200 if ready else 400)
 
     async def server_metadata(self, request: web.Request) -> web.Response:
-        serves_cuda = self._shared_memory.serves_cuda
+        serves_cuda = self._core.info.cuda_shared_memory
         metadata = server_metadata(self._version, HTTP_EXTENSIONS, serves_cuda)
         return web.json_response(message_json(metadata))
 
     async def model_metadata(self, request: web.Request) -> web.Response:
-        name, version = _model(request)
-        target = self._repository.get(name, version)
-        # As Triton: a named version lists only itself, an empty one every ready version.
-        versions = [target.version] if version else sorted(self._repository.entry(name).ready)
-        return web.json_response(message_json(model_metadata(target, versions)))
+        metadata = await self._core.model_metadata(*_model(request))
+        return web.json_response(message_json(metadata))
 
     async def model_config(self, request: web.Request) -> web.Response:
-        target = self._repository.get(*_model(request))
-        return web.json_response(message_json(target.config))
+        config = await self._core.model_config(*_model(request))
+        return web.json_response(message_json(config))
 
     async def statistics(self, request: web.Request) -> web.Response:
         name = request.match_info.get("model", "")
         version = request.match_info.get("version", "")
-        versions = statistics_targets(self._repository, name, version)
-        answer = pb.ModelStatisticsResponse(model_stats=[model_statistics(v) for v in versions])
+        answer = await self._core.model_statistics(name, version)
         return web.json_response(message_json(answer))
 
     async def repository_index(self, request: web.Request) -> web.Response:
         body = parse_json(await request.read())
         ready_only = body.get("ready", False) is True
-        entries = index_entries(self._repository.index(), ready_only=ready_only)
-        return web.json_response([message_json(entry) for entry in entries])
+        index = await self._core.repository_index(ready_only)
+        return web.json_response([message_json(entry) for entry in index.models])
 
     async def load(self, request: web.Request) -> web.Response:
         if not self._model_control:
             raise ModelControlDisabledError()
         name = request.match_info["model"]
         override, files = load_parameters(load_request(name, parse_json(await request.read())))
-        await self._repository.load(name, override, files)
+        await self._core.load_model(name, override, files)
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
@@ -223,7 +210,7 @@ class HttpFrontEnd:
         dependents = parameters.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidInputError("unload parameter 'unload_dependents' must be a boolean")
-        await self._repository.unload(name, unload_dependents=dependents)
+        await self._core.unload_model(name, dependents)
         return web.Response(status=200)
 
     async def infer(self, request: web.Request) -> web.Response:
@@ -233,21 +220,19 @@ class HttpFrontEnd:
         if not isinstance(request_id, str):
             raise InvalidInputError(f"request 'id' must be a string, got {request_id!r:.80}")
         outputs, binary_outputs = requested_outputs(body)
-        locations = output_locations(body)
-        response = await self._engine.infer(
+        response = await self._core.infer(
             InferRequest(
                 name,
                 version,
-                decode_inputs(body, binary, name, self._shared_memory),
+                decode_inputs(body, binary, name),
                 outputs,
                 infer_options(body),
                 request_id,
-                trace_carrier(request.headers) if self._engine.tracing else None,
+                trace_carrier(request.headers) if self._core.info.tracing else None,
+                output_locations(body),
             )
         )
-        data, header_length = encode_response(
-            response, request_id, binary_outputs, locations, self._shared_memory
-        )
+        data, header_length = encode_response(response, request_id, binary_outputs)
         if header_length is None:
             return web.Response(body=data, content_type="application/json")
         return web.Response(

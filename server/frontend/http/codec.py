@@ -11,13 +11,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backends import on_host
 from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
 from server.contract.errors import InvalidInputError, UnsupportedError
-from server.contract.requests import InferInput, InferOptions, model_parameters
+from server.contract.requests import InferInput, InferOptions, Location, model_parameters
 from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS
-from server.core.shared_memory.regions import Location, SharedMemory
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -95,11 +93,9 @@ def _shm_location(parameters: Mapping[str, Any], where: str) -> Location | None:
     return region, values[0], values[1]
 
 
-def decode_inputs(
-    request: JsonObject, binary: bytes, model: str, shared_memory: SharedMemory
-) -> list[InferInput]:
+def decode_inputs(request: JsonObject, binary: bytes, model: str) -> list[InferInput]:
     """The request's input tensors as arrays; binary ones take their bytes in order, shared
-    memory ones are read from their region (one in a CUDA region is a CuPy view of it)."""
+    memory ones carry their location (the core reads them from their region)."""
     tensors = request.get("inputs")
     if not isinstance(tensors, list) or not all(isinstance(t, dict) for t in tensors):
         raise InvalidInputError(f"request for model '{model}': 'inputs' must be a list of objects")
@@ -135,8 +131,9 @@ def decode_inputs(
             )
         location = _shm_location(parameters, where)
         if location is not None:
-            array = shared_memory.read(name, datatype, shape, location)
-        elif "binary_data_size" in parameters:
+            decoded.append(InferInput(name, wire, shape, None, location))
+            continue
+        if "binary_data_size" in parameters:
             size = _field(parameters, "binary_data_size", int, where)
             if size < 0 or offset + size > len(binary):
                 raise InvalidInputError(
@@ -256,13 +253,10 @@ def encode_response(
     response: InferResponse,
     request_id: str,
     binary: frozenset[str] | None,
-    locations: Mapping[str, Location],
-    shared_memory: SharedMemory,
 ) -> tuple[bytes, int | None]:
     """The response body and, when some output is binary, the length of its JSON header;
-    `binary` names the outputs sent as binary data (None: every output). An output placed in
-    shared memory (a device one goes to a CUDA region as it is) is written there and, as
-    Triton's, answers only its name, type and shape."""
+    `binary` names the outputs sent as binary data (None: every output). An output the core
+    wrote to shared memory answers, as Triton's, only its name, type and shape."""
     outputs: list[JsonObject] = []
     chunks: list[bytes] = []
     for output in response.outputs:
@@ -270,17 +264,17 @@ def encode_response(
         tensor: JsonObject = {
             "name": spec.name,
             "datatype": spec.datatype.wire,
-            "shape": list(output.array.shape),
+            "shape": list(output.shape),
         }
-        location = locations.get(spec.name)
-        if location is not None:
-            shared_memory.write(location, spec.datatype, output.array)
+        array = output.array
+        if array is None:
+            pass
         elif binary is None or spec.name in binary:
-            data = encode_raw(spec.datatype, on_host(output.array))
+            data = encode_raw(spec.datatype, array)
             tensor["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:
-            tensor["data"] = json_data(spec.datatype, on_host(output.array))
+            tensor["data"] = json_data(spec.datatype, array)
         outputs.append(tensor)
     header: JsonObject = {"model_name": response.model, "model_version": str(response.version)}
     if request_id:

@@ -9,9 +9,13 @@ from typing import Any
 
 from aiohttp import web
 
-from backends import BackendError, on_host
-from batching import BatchingError
-from server.contract.errors import InvalidInputError, ModelNotReadyError, ServerError
+from server.contract.core import Core, StreamItem
+from server.contract.errors import (
+    InternalError,
+    InvalidInputError,
+    ServerError,
+    UnavailableError,
+)
 from server.contract.model_io import ModelIO
 from server.contract.requests import (
     InferInput,
@@ -21,7 +25,6 @@ from server.contract.requests import (
     model_parameters,
 )
 from server.contract.responses import InferResponse
-from server.core.engine import Engine
 from server.frontend.http.codec import (
     JsonObject,
     decode_json_data,
@@ -118,7 +121,9 @@ def generate_answer(response: InferResponse, request_id: str) -> JsonObject:
     if request_id:
         answer["id"] = request_id
     for output in response.outputs:
-        values = json_data(output.spec.datatype, on_host(output.array))
+        if output.array is None:
+            continue
+        values = json_data(output.spec.datatype, output.array)
         answer.setdefault(output.spec.name, values[0] if len(values) == 1 else values)
     return answer
 
@@ -131,32 +136,21 @@ def event(value: JsonObject) -> bytes:
 class GenerateRoutes:
     """The `generate` and `generate_stream` handlers of every model (and version)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._repository = engine.repository
-
-    def _io(self, name: str, version: str) -> ModelIO:
-        """The tensors a request maps onto; an evicted model's come from its config, so that
-        lazy loading (in `Engine.infer`) still applies."""
-        try:
-            return self._repository.get(name, version).io
-        except ModelNotReadyError:
-            config = self._repository.entry(name).config
-            if not self._repository.is_evicted(name) or config is None:
-                raise
-            return ModelIO.from_config(config)
+    def __init__(self, core: Core) -> None:
+        self._core = core
 
     async def _request(self, request: web.Request) -> InferRequest:
         name, version = request.match_info["model"], request.match_info.get("version", "")
         body = parse_json(await request.read())
-        inputs, request_id, parameters = generate_inputs(body, self._io(name, version))
-        carrier = trace_carrier(request.headers) if self._engine.tracing else None
+        io = await self._core.model_io(name, version)
+        inputs, request_id, parameters = generate_inputs(body, io)
+        carrier = trace_carrier(request.headers) if self._core.info.tracing else None
         options = InferOptions(parameters=parameters)
         return InferRequest(name, version, inputs, [], options, request_id, carrier)
 
     async def generate(self, request: web.Request) -> web.Response:
         decoded = await self._request(request)
-        response = await self._engine.infer(decoded)
+        response = await self._core.infer(decoded)
         return web.json_response(generate_answer(response, decoded.request_id))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
@@ -165,14 +159,14 @@ class GenerateRoutes:
         (Triton's way); one refused before it ran, as a JSON error."""
         decoded = await self._request(request)
         request_id = decoded.request_id
-        responses = self._engine.infer_stream(decoded).__aiter__()
+        responses = self._core.infer_stream(decoded).__aiter__()
         try:
-            first: tuple[InferResponse | BackendError | None, bool] | None = await anext(responses)
+            first: StreamItem | None = await anext(responses)
             status = 200
         except StopAsyncIteration:
             first, status = None, 200
-        except (BackendError, BatchingError) as exc:
-            first, status = (BackendError(str(exc)), True), http_status_for(exc)
+        except (InternalError, UnavailableError) as exc:  # it failed to run, or was dropped
+            first, status = (exc, True), http_status_for(exc)
         stream = web.StreamResponse(
             status=status, headers={"Content-Type": "text/event-stream; charset=utf-8"}
         )
@@ -183,15 +177,15 @@ class GenerateRoutes:
                 if status == 200 and not first[1]:
                     async for response, _ in responses:
                         await stream.write(_event_of(response, request_id))
-        except (ServerError, BackendError, BatchingError) as exc:  # mid-stream: in-band
+        except ServerError as exc:  # mid-stream: in-band
             await stream.write(event({"error": str(exc)}))
         await stream.write_eof()
         return stream
 
 
-def _event_of(response: InferResponse | BackendError | None, request_id: str) -> bytes:
+def _event_of(response: InferResponse | ServerError | None, request_id: str) -> bytes:
     if response is None:
         return b""  # a final flag alone sends nothing
-    if isinstance(response, BackendError):
+    if isinstance(response, ServerError):
         return event({"error": str(response)})
     return event(generate_answer(response, request_id))

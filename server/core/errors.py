@@ -1,0 +1,39 @@
+"""The one table from the lower packages' errors (`backends`, `batching`) to the contract's, so
+that a front end, in this process or another, sees only `ServerError`s; the message is kept."""
+
+from __future__ import annotations
+
+from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from batching import (
+    BatcherClosedError,
+    BatchingError,
+    ExecutorContractError,
+    PolicyError,
+    QueueFullError,
+    RequestTimeoutError,
+)
+from server.contract.errors import InternalError, InvalidInputError, ServerError, UnavailableError
+
+# Every leaf error class of `backends` and `batching`; a test walks the class trees to prove it.
+CONTRACT_ERRORS: dict[type[Exception], type[ServerError]] = {
+    ModelLoadError: InternalError,
+    ExecutionError: InternalError,
+    InvalidTensorError: InvalidInputError,
+    BatcherClosedError: UnavailableError,
+    QueueFullError: UnavailableError,
+    RequestTimeoutError: UnavailableError,
+    PolicyError: InvalidInputError,
+    ExecutorContractError: InternalError,
+}
+
+# The bases whose leaves must all appear above.
+LOWER_ERROR_BASES: tuple[type[Exception], ...] = (BackendError, BatchingError)
+
+
+def contract_error(error: BackendError | BatchingError) -> ServerError:
+    """The contract's error for a lower package's (its nearest mapped class; else internal)."""
+    for cls in type(error).__mro__:
+        kind = CONTRACT_ERRORS.get(cls)
+        if kind is not None:
+            return kind(str(error))
+    return InternalError(str(error))

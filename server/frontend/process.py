@@ -1,0 +1,142 @@
+"""`FrontEnd`: one process's gRPC server (Triton's service, health, reflection) and HTTP/REST
+routes over a `Core`; started, told the server's health, and stopped by its owner."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import descriptor_pb2
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
+from server.contract.core import Core
+from server.contract.settings import RestrictedProtocol, TraceSettings
+from server.frontend.grpc import InferenceServicer
+from server.frontend.http import HttpFrontEnd
+
+INFERENCE_SERVICE = "inference.GRPCInferenceService"
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndSettings:
+    """How a front end listens and answers; ports of 0 pick a free port."""
+
+    host: str
+    grpc_port: int
+    http_port: int
+    allow_http: bool
+    max_message_bytes: int  # gRPC message and HTTP body limit
+    model_control: bool  # explicit mode: load and unload are allowed
+    restricted: tuple[RestrictedProtocol, ...]  # gRPC
+    http_restricted: tuple[RestrictedProtocol, ...]
+    trace: TraceSettings
+    version: str  # what server metadata reports
+    reuse_port: bool = False  # SO_REUSEPORT on both ports: several processes share them
+
+
+class FrontEnd:
+    """Serves gRPC (and HTTP, if allowed) for one process; the ports bound are known once
+    `start` returns."""
+
+    def __init__(self, core: Core, settings: FrontEndSettings) -> None:
+        self._core = core
+        self._settings = settings
+        self.grpc_port = settings.grpc_port
+        self.http_port = settings.http_port
+        self._http: HttpFrontEnd | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health_aio.HealthServicer | None = None
+
+    @property
+    def serves_http(self) -> bool:
+        return self._http is not None
+
+    async def start(self) -> None:
+        settings = self._settings
+        self._health = health_aio.HealthServicer()
+        self._server = self._build_grpc_server(self._health)
+        self.grpc_port = self._server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+        if self.grpc_port == 0:
+            raise OSError(f"cannot bind gRPC to {settings.host}:{settings.grpc_port}")
+        await self._server.start()
+        if settings.allow_http:
+            self._http = HttpFrontEnd(
+                self._core,
+                settings.version,
+                settings.model_control,
+                settings.max_message_bytes,
+                trace=settings.trace,
+                restricted=settings.http_restricted,
+            )
+            self.http_port = await self._http.start(
+                settings.host, settings.http_port, reuse_port=settings.reuse_port
+            )
+
+    async def set_health(self, serving: bool) -> None:
+        """What grpc.health.v1 answers for the server and Triton's service."""
+        if self._health is None:
+            return
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", INFERENCE_SERVICE):
+            await self._health.set(service, status)
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Stop listening; calls still running get `grace_s` to finish."""
+        if self._http is not None:
+            await self._http.stop()
+        if self._server is not None:
+            await self._server.stop(grace=grace_s)
+
+    def _build_grpc_server(self, health: health_aio.HealthServicer) -> grpc.aio.Server:
+        settings = self._settings
+        limit = settings.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
+            ]
+        )
+        servicer = InferenceServicer(
+            self._core,
+            settings.version,
+            settings.model_control,
+            settings.restricted,
+            settings.trace,
+        )
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            servicer, server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        services: Sequence[str] = (
+            INFERENCE_SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(services, server, pool=_reflection_pool())
+        return server
+
+
+def _reflection_pool() -> DescriptorPool:
+    # Convoy's descriptors live in a private pool (see proto._pool); reflection also needs
+    # health's and its own, which live in the default pool, so it gets a pool holding all four.
+    pool = DescriptorPool()
+    for file in (
+        model_config_pb2.DESCRIPTOR,
+        grpc_service_pb2.DESCRIPTOR,
+        health_pb2.DESCRIPTOR,
+        reflection_pb2.DESCRIPTOR,
+    ):
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        pool.Add(proto)  # type: ignore[no-untyped-call]
+    return pool
