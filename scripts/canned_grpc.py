@@ -1,0 +1,131 @@
+"""The bare grpc.aio ceiling for scripts/bench.py: a server that answers ModelInfer with a canned
+response (no tensor decode, no batching, no model), so what it serves is grpc.aio's own limit.
+
+Usage: python scripts/canned_grpc.py CONFIG_PBTXT
+
+It serves the one model CONFIG_PBTXT describes on a free 127.0.0.1 port, on uvloop and with the
+message size options Convoy's gRPC server sets, and prints `serving gRPC on 127.0.0.1:PORT` to
+stderr once it accepts calls. Besides ModelInfer it answers what perf_analyzer asks first
+(ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig and
+ModelStatistics, with zero counts) from that config; every answer is built once at start-up.
+It needs only the generated modules in `proto`, none of Convoy's server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import grpc
+import uvloop
+from google.protobuf import text_format
+
+from proto import grpc_service_pb2 as pb
+from proto import grpc_service_pb2_grpc, model_config_pb2
+
+MESSAGE_LIMIT_BYTES = 64 * 1024 * 1024  # Convoy's default gRPC message limit
+ITEM_BYTES = {"FP32": 4, "FP64": 8, "FP16": 2, "INT64": 8, "INT32": 4, "INT8": 1, "UINT8": 1}
+
+
+def _datatype(data_type: int) -> str:
+    """Triton's tensor datatype ("FP32") for a config data_type (TYPE_FP32)."""
+    return model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+
+
+class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Answers for one model, every one prebuilt from its config; ModelInfer echoes nothing."""
+
+    def __init__(self, config: model_config_pb2.ModelConfig) -> None:
+        batch = [-1] if config.max_batch_size > 0 else []
+        self._metadata = pb.ModelMetadataResponse(
+            name=config.name,
+            versions=["1"],
+            platform="onnxruntime_onnx",
+            inputs=[
+                pb.ModelMetadataResponse.TensorMetadata(
+                    name=t.name, datatype=_datatype(t.data_type), shape=[*batch, *t.dims]
+                )
+                for t in config.input
+            ],
+            outputs=[
+                pb.ModelMetadataResponse.TensorMetadata(
+                    name=t.name, datatype=_datatype(t.data_type), shape=[*batch, *t.dims]
+                )
+                for t in config.output
+            ],
+        )
+        self._config = pb.ModelConfigResponse(config=config)
+        self._statistics = pb.ModelStatisticsResponse(
+            model_stats=[pb.ModelStatistics(name=config.name, version="1")]
+        )
+        outputs = [(t.name, _datatype(t.data_type), [1, *t.dims]) for t in config.output]
+        self._infer = pb.ModelInferResponse(
+            model_name=config.name,
+            model_version="1",
+            outputs=[
+                pb.ModelInferResponse.InferOutputTensor(name=name, datatype=datatype, shape=shape)
+                for name, datatype, shape in outputs
+            ],
+            raw_output_contents=[
+                bytes(ITEM_BYTES[datatype] * math.prod(shape)) for _, datatype, shape in outputs
+            ],
+        )
+
+    async def ServerLive(self, request: object, context: object) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: object, context: object) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=True)
+
+    async def ModelReady(self, request: object, context: object) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=True)
+
+    async def ServerMetadata(self, request: object, context: object) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="canned", version="0")
+
+    async def ModelMetadata(self, request: object, context: object) -> pb.ModelMetadataResponse:
+        return self._metadata
+
+    async def ModelConfig(self, request: object, context: object) -> pb.ModelConfigResponse:
+        return self._config
+
+    async def ModelStatistics(self, request: object, context: object) -> pb.ModelStatisticsResponse:
+        return self._statistics
+
+    async def ModelInfer(self, request: object, context: object) -> pb.ModelInferResponse:
+        return self._infer
+
+
+async def serve(config: model_config_pb2.ModelConfig) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MESSAGE_LIMIT_BYTES),
+            ("grpc.max_send_message_length", MESSAGE_LIMIT_BYTES),
+        ]
+    )
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(CannedServicer(config), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    await server.wait_for_termination()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", type=Path, help="the model's config.pbtxt")
+    args = parser.parse_args(argv)
+    config = text_format.Parse(
+        args.config.read_text(encoding="utf-8"), model_config_pb2.ModelConfig()
+    )
+    uvloop.run(serve(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
