@@ -143,7 +143,7 @@ if ! bash scripts/perf_analyzer.sh --prepare-only >"${RESULTS}/perf_analyzer_pre
 fi
 for instances in 1 2; do
     timeout 240 "${VPY}" scripts/bench.py --models resnet18 --gpu --instances "${instances}" \
-        --nvml --concurrency 1,16,64 --window-ms 1000 --out "${RESULTS}/bench_x${instances}.json" \
+        --workers 0 --nvml --concurrency 1,16,64 --window-ms 1000 --out "${RESULTS}/bench_x${instances}.json" \
         >"${RESULTS}/bench_x${instances}.log" 2>&1 || tail -5 "${RESULTS}/bench_x${instances}.log"
 done
 "${VPY}" - "${RESULTS}" <<'EOF'
