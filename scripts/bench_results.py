@@ -64,7 +64,7 @@ class Quoted:
     high: float  # infer/s, >= low
 
     def text(self) -> str:
-        return f"{self.low:.0f}" if self.low == self.high else f"{self.low:.0f}-{self.high:.0f}"
+        return f"{self.low:g}" if self.low == self.high else f"{self.low:g}-{self.high:g}"
 
 
 TRITON_QUOTED: dict[tuple[str, str, int], Quoted] = {

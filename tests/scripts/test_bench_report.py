@@ -69,9 +69,11 @@ def test_ratio_lines_divide_by_the_baseline_at_the_same_concurrency() -> None:
     assert one.vs_in_process == pytest.approx(3500 / 2800)
     assert one.vs_canned == pytest.approx(3500 / 3200)
     assert one.vs_triton_live == pytest.approx(3500 / 2000)
-    assert one.triton_quoted is not None and one.vs_triton_quoted == pytest.approx(3500 / 7200)
+    assert one.triton_quoted is not None and one.triton_quoted.text() == "6500-7200"
+    assert one.vs_triton_quoted == pytest.approx(3500 / 7200)  # the range's upper figure
     assert one.vs_ceiling is None and one.vs_fastapi is None  # neither was measured for mlp
     resnet = lines[("resnet18", "grpc", 8, 0)]
+    assert resnet.triton_quoted is not None and resnet.triton_quoted.text() == "48.3"
     assert resnet.vs_ceiling == pytest.approx(45 / 48)
     assert resnet.vs_fastapi == pytest.approx(45 / 40)  # the faster of the two forms
     assert lines[("mlp", "stream", 8, 1)].infer_per_s is None
