@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+from dataclasses import replace
 from importlib import metadata
 
 from backends import cuda_available
 from server.contract.errors import ModelLoadFailedError, ServerError
-from server.contract.logs import LogControl
+from server.contract.logs import LogControl, LogState
+from server.contract.settings import FrontEndSettings
 from server.core.engine import Engine
 from server.core.local import LocalCore
 from server.core.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.core.observability import RequestTracer
 from server.core.repository import MemoryBudget, Repository
 from server.core.shared_memory import CudaSharedMemoryRegistry, SharedMemory, SharedMemoryRegistry
-from server.frontend.process import FrontEnd, FrontEndSettings
+from server.core.workers import WorkerOptions, WorkerPool, reserve_port
+from server.frontend.process import FrontEnd
 from server.settings import ModelControlMode, ServerSettings
 
 _log = logging.getLogger(__name__)
@@ -59,6 +63,9 @@ class App:
         self.grpc_port = settings.grpc_port
         self.metrics_port = settings.metrics_port
         self.http_port = settings.http_port
+        self._front_end: FrontEnd | None = None
+        self._workers: WorkerPool | None = None
+        self._reserved: list[socket.socket] = []
 
     async def start(self) -> None:
         await self.engine.start()
@@ -67,12 +74,14 @@ class App:
         if self.settings.exit_on_error:
             await self._exit_on_failed_loads()
         settings = self.settings
-        self._front_end = FrontEnd(
-            LocalCore(self.engine, self.shared_memory, self._logs), front_end_settings(settings)
-        )
-        await self._front_end.start()
-        self.grpc_port = self._front_end.grpc_port
-        self.http_port = self._front_end.http_port
+        core = LocalCore(self.engine, self.shared_memory, self._logs)
+        if settings.frontend_workers > 0:
+            await self._start_workers(core)
+        else:
+            self._front_end = FrontEnd(core, front_end_settings(settings))
+            await self._front_end.start()
+            self.grpc_port = self._front_end.grpc_port
+            self.http_port = self._front_end.http_port
         self._metrics_server: MetricsServer | None = None
         if settings.allow_metrics:
             options = MetricsOptions(
@@ -86,17 +95,52 @@ class App:
             )
             self._metrics_server.start()
             self.metrics_port = self._metrics_server.port
-        await self._front_end.set_health(self.engine.ready())
+        await self._set_health()
         self._poller: asyncio.Task[None] | None = None
         if settings.model_control_mode is ModelControlMode.POLL:
             self._poller = asyncio.create_task(self._poll(), name="repository-poll")
+        workers = settings.frontend_workers
         _log.info(
-            "serving gRPC on %s:%d%s%s",
+            "serving gRPC on %s:%d%s%s%s",
             settings.host,
             self.grpc_port,
             f", metrics on :{self.metrics_port}/metrics" if self._metrics_server else "",
-            f", HTTP on :{self.http_port}" if self._front_end.serves_http else "",
+            f", HTTP on :{self.http_port}" if settings.allow_http else "",
+            f" ({workers} front-end workers)" if workers else "",
         )
+
+    async def _start_workers(self, core: LocalCore) -> None:
+        """Front ends in worker processes on shared ports; the ports are held here first, so
+        that port 0 means one free port for all of them."""
+        settings = self.settings
+        self._reserved = [reserve_port(settings.host, settings.grpc_port)]
+        grpc_port = self._reserved[0].getsockname()[1]
+        http_port = settings.http_port
+        if settings.allow_http:
+            self._reserved.append(reserve_port(settings.host, settings.http_port))
+            http_port = self._reserved[1].getsockname()[1]
+        front = replace(
+            front_end_settings(settings), grpc_port=grpc_port, http_port=http_port, reuse_port=True
+        )
+        state = self._logs.state if self._logs is not None else settings.log
+        self._workers = WorkerPool(
+            core,
+            WorkerOptions(
+                count=settings.frontend_workers,
+                arena_bytes=settings.worker_arena_bytes,
+                settings=front.plain(),
+                log_settings={key: getattr(state, key) for key in LogState.__slots__},
+                stop_timeout_s=settings.exit_timeout_s,
+            ),
+        )
+        self.grpc_port, self.http_port = await self._workers.start()
+
+    async def _set_health(self) -> None:
+        ready = self.engine.ready()
+        if self._workers is not None:
+            self._workers.set_health(ready)
+        elif self._front_end is not None:
+            await self._front_end.set_health(ready)
 
     async def stop(self) -> None:
         """Readiness goes false, new requests get UNAVAILABLE, in-flight ones finish (bounded)."""
@@ -106,10 +150,15 @@ class App:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
         self.engine.stop_accepting()
-        await self._front_end.set_health(False)
+        await self._set_health()
         if not await self.engine.wait_idle(timeout_s):
             _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
-        await self._front_end.stop(grace_s=1.0)
+        if self._front_end is not None:
+            await self._front_end.stop(grace_s=1.0)
+        if self._workers is not None:
+            await self._workers.stop()
+        for reserved in self._reserved:
+            reserved.close()
         await self.repository.unload_all(timeout_s=1.0)
         self.shared_memory.close()
         if self._metrics_server is not None:
@@ -143,7 +192,7 @@ class App:
                 await self.repository.poll()
             except ServerError as exc:  # e.g. a repository directory gone: try again later
                 _log.error("repository poll failed: %s", exc)
-            await self._front_end.set_health(self.engine.ready())
+            await self._set_health()
 
 
 def front_end_settings(settings: ServerSettings) -> FrontEndSettings:

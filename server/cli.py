@@ -19,7 +19,13 @@ from server.contract.logs import LogControl, LogState
 from server.contract.settings import RestrictedProtocol, TraceSettings
 from server.core.repository import DEFAULT_MAX_BATCH_SIZE, AutoComplete, auto_limit_bytes
 from server.frontend.grpc import RESTRICTABLE_GROUPS
-from server.settings import DEFAULT_MAX_MESSAGE_BYTES, ModelControlMode, ServerSettings
+from server.settings import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ModelControlMode,
+    ServerSettings,
+    auto_workers,
+    usable_cores,
+)
 
 _log = logging.getLogger("convoy")
 
@@ -67,6 +73,14 @@ def _restricted(text: str) -> RestrictedProtocol:
             f"got '{text}'"
         )
     return RestrictedProtocol(frozenset(groups.split(",")), key.strip().lower(), value)
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return auto_workers(usable_cores())
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of workers or auto, got '{text}'")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
+    serve.add_argument(
+        "--frontend-workers",
+        type=_workers,
+        default=0,
+        metavar="N|auto",
+        help="front-end worker processes serving gRPC and HTTP on the same ports beside the "
+        "core process (which keeps models, batching and statistics); 0 serves them in the core "
+        "process; auto chooses from the cores (default 0)",
+    )
     serve.add_argument("--http-port", type=int, default=8000, help="0 picks a free port")
     serve.add_argument(
         "--allow-http",
@@ -272,6 +295,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         lazy_load_timeout_s=args.lazy_load_timeout_secs if args.lazy_load else None,
         auto_complete=_auto_complete(args),
         exit_on_error=args.exit_on_error,
+        frontend_workers=args.frontend_workers,
         log=LogState(
             log_info=args.log_info,
             log_warning=args.log_warning,

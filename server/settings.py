@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -12,6 +13,9 @@ from server.core.repository import AutoComplete
 
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Room for the tensors of the requests one worker has in flight (inputs, and outputs apart); a
+# request that finds its arena full sends its bytes in its message instead.
+DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
 
 
 class ModelControlMode(Enum):
@@ -53,3 +57,16 @@ class ServerSettings:
     auto_complete: AutoComplete = field(default_factory=AutoComplete)  # what files may fill in
     exit_on_error: bool = False  # stop at start when a model fails to load (Triton: true)
     log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time
+    frontend_workers: int = 0  # front-end worker processes; 0: the front ends run in this one
+    worker_arena_bytes: int = DEFAULT_ARENA_BYTES  # each worker's input and output arenas
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def auto_workers(cores: int) -> int:
+    """`--frontend-workers auto`: one worker per core beside the core process's own, at most
+    four; on one core the front ends stay in the core process (a worker would only add a hop)."""
+    return 0 if cores < 2 else min(cores, 4)

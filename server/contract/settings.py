@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from server.contract.errors import ConfigError
 
@@ -83,3 +84,67 @@ def _int(name: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise ConfigError(f"--trace-config {name}: expected an integer, got '{value}'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndSettings:
+    """How a front end listens and answers; ports of 0 pick a free port."""
+
+    host: str
+    grpc_port: int
+    http_port: int
+    allow_http: bool
+    max_message_bytes: int  # gRPC message and HTTP body limit
+    model_control: bool  # explicit mode: load and unload are allowed
+    restricted: tuple[RestrictedProtocol, ...]  # gRPC
+    http_restricted: tuple[RestrictedProtocol, ...]
+    trace: TraceSettings
+    version: str  # what server metadata reports
+    reuse_port: bool = False  # SO_REUSEPORT on both ports: several processes share them
+
+    def plain(self) -> dict[str, Any]:
+        """The settings as plain values (for a worker process's channel)."""
+        return {
+            **{key: getattr(self, key) for key in _PLAIN_FIELDS},
+            "restricted": [_plain_rule(rule) for rule in self.restricted],
+            "http_restricted": [_plain_rule(rule) for rule in self.http_restricted],
+            "trace": {
+                "level": self.trace.level,
+                "rate": self.trace.rate,
+                "count": self.trace.count,
+                "endpoint": self.trace.endpoint,
+                "protocol": self.trace.protocol,
+                "resource": dict(self.trace.resource),
+                "bsp": dict(self.trace.bsp),
+            },
+        }
+
+    @classmethod
+    def from_plain(cls, values: Mapping[str, Any]) -> FrontEndSettings:
+        return cls(
+            **{key: values[key] for key in _PLAIN_FIELDS},
+            restricted=tuple(_rule(rule) for rule in values["restricted"]),
+            http_restricted=tuple(_rule(rule) for rule in values["http_restricted"]),
+            trace=TraceSettings(**values["trace"]),
+        )
+
+
+_PLAIN_FIELDS = (
+    "host",
+    "grpc_port",
+    "http_port",
+    "allow_http",
+    "max_message_bytes",
+    "model_control",
+    "version",
+    "reuse_port",
+)
+
+
+def _plain_rule(rule: RestrictedProtocol) -> tuple[list[str], str, str]:
+    return sorted(rule.groups), rule.header, rule.value
+
+
+def _rule(values: Sequence[Any]) -> RestrictedProtocol:
+    groups, header, value = values
+    return RestrictedProtocol(frozenset(groups), header, value)

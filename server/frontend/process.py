@@ -4,7 +4,6 @@ routes over a `Core`; started, told the server's health, and stopped by its owne
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import grpc
 from google.protobuf import descriptor_pb2
@@ -15,28 +14,11 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.contract.core import Core
-from server.contract.settings import RestrictedProtocol, TraceSettings
+from server.contract.settings import FrontEndSettings
 from server.frontend.grpc import InferenceServicer
 from server.frontend.http import HttpFrontEnd
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
-
-
-@dataclass(frozen=True, slots=True)
-class FrontEndSettings:
-    """How a front end listens and answers; ports of 0 pick a free port."""
-
-    host: str
-    grpc_port: int
-    http_port: int
-    allow_http: bool
-    max_message_bytes: int  # gRPC message and HTTP body limit
-    model_control: bool  # explicit mode: load and unload are allowed
-    restricted: tuple[RestrictedProtocol, ...]  # gRPC
-    http_restricted: tuple[RestrictedProtocol, ...]
-    trace: TraceSettings
-    version: str  # what server metadata reports
-    reuse_port: bool = False  # SO_REUSEPORT on both ports: several processes share them
 
 
 class FrontEnd:

@@ -1,0 +1,259 @@
+"""The wire between a front-end worker and the core: every message kind, its descriptor layout,
+and the encoding and decoding of both sides. Messages are tuples of plain values framed by
+`server.contract.wire`; tensors travel as offsets into an arena (`server.contract.arena`): the
+worker writes inputs into its input arena, the core writes outputs into the worker's output
+arena. Each side allocates only in the arena it writes, and frees a block when the other side
+says it is done with it.
+
+Tensor placements: `(ARENA, offset, nbytes)`, `(INLINE, bytes)` (BYTES tensors, and any tensor
+when an arena is full), `(SHARED, location)` (an input in a registered shared memory region, or
+an output the core wrote there: `(SHARED, None)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import Message as ProtoMessage
+
+from proto import grpc_service_pb2 as pb
+from proto import model_config_pb2 as mc
+from server.contract.arena import Arena
+from server.contract.core import StreamItem
+from server.contract.datatypes import BY_WIRE, decode_raw
+from server.contract.errors import InternalError, ServerError
+from server.contract.model_io import ModelIO, TensorSpec
+from server.contract.requests import InferInput, InferOptions, InferRequest
+from server.contract.responses import InferOutput, InferResponse
+from server.contract.wire import Message
+
+# Worker -> core.
+INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,
+#                   parameters, carrier, output_locations, inputs)
+CANCEL = "cancel"  # (CANCEL, rid): the client went away
+RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
+CALL = "call"  # (CALL, cid, method, args): any other `Core` method
+READY = "ready"  # (READY, grpc_port, http_port): the worker serves
+# Core -> worker.
+WELCOME = "welcome"  # (WELCOME, front-end settings, tracing, cuda_shm, serving, log settings)
+ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None): None, a final flag alone
+FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band): in_band, one response
+#                    of a stream failed; else the request failed as a whole (and final is True)
+DONE = "done"  # (DONE, rid): a stream ended without a final response
+RESULT = "result"  # (RESULT, cid, value)
+REFUSED = "refused"  # (REFUSED, cid, error class, message)
+HEALTH = "health"  # (HEALTH, serving)
+LOGS = "logs"  # (LOGS, settings): log settings changed through some worker
+
+ARENA, INLINE, SHARED = 0, 1, 2  # where a tensor's bytes are
+
+Placement = tuple[Any, ...]
+Released = Callable[[int], None]  # frees one block of the arena the caller reads
+
+
+def _error_classes(base: type[ServerError]) -> dict[str, type[ServerError]]:
+    found = {base.__name__: base}
+    for child in base.__subclasses__():
+        found.update(_error_classes(child))
+    return found
+
+
+def error_message(error: ServerError) -> tuple[str, str]:
+    return type(error).__name__, str(error)
+
+
+def error_of(name: str, message: str) -> ServerError:
+    """The contract error a peer named (an unknown name: internal)."""
+    cls = _error_classes(ServerError).get(name, InternalError)
+    return cls(message)
+
+
+def encode_infer(
+    rid: int, stream: bool, request: InferRequest, placements: Sequence[Placement]
+) -> Message:
+    """One request, its inputs placed (in order) by the worker."""
+    options = request.options
+    return (
+        INFER,
+        rid,
+        stream,
+        request.model,
+        request.version,
+        request.request_id,
+        tuple(request.outputs),
+        options.priority,
+        options.timeout_us,
+        dict(options.parameters),
+        None if request.carrier is None else dict(request.carrier),
+        dict(request.output_locations),
+        tuple(
+            (tensor.name, tensor.datatype, tensor.shape, *placement)
+            for tensor, placement in zip(request.inputs, placements, strict=True)
+        ),
+    )
+
+
+def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferRequest]:
+    """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
+    (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
+    parameters, carrier, locations, tensors = message[9:]
+    decoded = []
+    for name, wire, shape, kind, *where in tensors:
+        datatype = BY_WIRE[wire]
+        if kind == ARENA:
+            array = inputs.array(where[0], datatype.numpy, shape)
+            decoded.append(InferInput(name, wire, shape, array))
+        elif kind == INLINE:
+            decoded.append(
+                InferInput(name, wire, shape, decode_raw(name, datatype, shape, where[0]))
+            )
+        else:
+            decoded.append(InferInput(name, wire, shape, None, where[0]))
+    options = (
+        InferOptions(priority, timeout_us, parameters)
+        if priority or timeout_us or parameters
+        else _NO_OPTIONS
+    )
+    request = InferRequest(
+        model, version, decoded, outputs, options, request_id, carrier, locations
+    )
+    return rid, stream, request
+
+
+_NO_OPTIONS = InferOptions()
+
+
+def encode_answer(
+    rid: int, final: bool, response: InferResponse | None, placements: Sequence[Placement]
+) -> Message:
+    """One response (None: a final flag alone), its outputs placed (in order) by the core."""
+    if response is None:
+        return (ANSWER, rid, final, "", 0, None)
+    outputs = tuple(
+        (output.spec.name, output.spec.datatype.wire, output.spec.dims, output.shape, *placement)
+        for output, placement in zip(response.outputs, placements, strict=True)
+    )
+    return (ANSWER, rid, final, response.model, response.version, outputs)
+
+
+def decode_answer(message: Message, outputs: Arena, release: Released) -> InferResponse | None:
+    """The response with its outputs copied out of `outputs`, whose blocks are then released."""
+    _, _, _, model, version, tensors = message
+    if tensors is None:
+        return None
+    decoded = []
+    for name, wire, dims, shape, kind, *where in tensors:
+        datatype = BY_WIRE[wire]
+        spec = TensorSpec(name, datatype, dims, False)
+        if kind == ARENA:
+            array = outputs.array(where[0], datatype.numpy, shape).copy()
+            release(where[0])
+        elif kind == INLINE:
+            array = decode_raw(name, datatype, shape, where[0])
+        else:
+            array = None
+        decoded.append(InferOutput(spec, shape, array))
+    return InferResponse(model, version, decoded)
+
+
+def encode_failed(
+    rid: int, error: ServerError, final: bool = True, in_band: bool = False
+) -> Message:
+    return (FAILED, rid, final, *error_message(error), in_band)
+
+
+def stream_item(message: Message, outputs: Arena, release: Released) -> StreamItem:
+    """An ANSWER or in-band FAILED message as a stream item."""
+    if message[0] == FAILED:
+        return error_of(message[3], message[4]), message[2]
+    return decode_answer(message, outputs, release), message[2]
+
+
+# --- Control calls: each `Core` method but infer; arguments and results as plain values. ---
+
+# Methods whose result is a protobuf message, by its type.
+_PROTO_RESULTS: dict[str, type[ProtoMessage]] = {
+    "model_metadata": pb.ModelMetadataResponse,
+    "model_config": mc.ModelConfig,
+    "model_statistics": pb.ModelStatisticsResponse,
+    "repository_index": pb.RepositoryIndexResponse,
+    "system_shm_status": pb.SystemSharedMemoryStatusResponse,
+    "cuda_shm_status": pb.CudaSharedMemoryStatusResponse,
+}
+CALLS = frozenset(
+    {
+        *_PROTO_RESULTS,
+        "server_ready",
+        "model_ready",
+        "check_model",
+        "model_io",
+        "load_model",
+        "unload_model",
+        "system_shm_register",
+        "system_shm_unregister",
+        "cuda_shm_register",
+        "cuda_shm_unregister",
+        "log_settings",
+    }
+)
+
+
+def encode_args(method: str, args: Sequence[Any]) -> tuple[Any, ...]:
+    if method == "load_model":
+        name, config, files = args
+        return name, None if config is None else config.SerializeToString(), dict(files)
+    if method == "log_settings":
+        return (dict(args[0]),)
+    return tuple(args)
+
+
+def decode_args(method: str, args: Sequence[Any]) -> tuple[Any, ...]:
+    if method == "load_model":
+        name, config, files = args
+        return name, None if config is None else mc.ModelConfig.FromString(config), files
+    return tuple(args)
+
+
+def encode_result(method: str, value: Any) -> Any:
+    if method in _PROTO_RESULTS:
+        return value.SerializeToString()
+    if method == "model_io":
+        return _encode_io(value)
+    return value
+
+
+def decode_result(method: str, value: Any) -> Any:
+    proto = _PROTO_RESULTS.get(method)
+    if proto is not None:
+        return proto.FromString(value)
+    if method == "model_io":
+        return _decode_io(value)
+    return value
+
+
+def _encode_io(io: ModelIO) -> tuple[Any, ...]:
+    def specs(tensors: Mapping[str, TensorSpec]) -> tuple[Any, ...]:
+        return tuple((t.name, t.datatype.wire, t.dims, t.optional) for t in tensors.values())
+
+    return io.model, io.max_batch_size, specs(io.inputs), specs(io.outputs)
+
+
+def _decode_io(value: tuple[Any, ...]) -> ModelIO:
+    model, max_batch_size, inputs, outputs = value
+
+    def specs(rows: Iterable[tuple[Any, ...]]) -> dict[str, TensorSpec]:
+        return {
+            name: TensorSpec(name, BY_WIRE[wire], tuple(dims), optional)
+            for name, wire, dims, optional in rows
+        }
+
+    return ModelIO(model, max_batch_size, specs(inputs), specs(outputs))
+
+
+def placed_array(array: Any) -> np.ndarray | None:
+    """`array` as a C-contiguous NumPy array an arena can take, or None (BYTES: inline)."""
+    if not isinstance(array, np.ndarray) or array.dtype == object:
+        return None
+    return np.ascontiguousarray(array)

@@ -1,0 +1,300 @@
+"""Front-end worker processes seen from the core: `WorkerPool` starts N of them on the same ports,
+restarts one that dies, tells them the server's health and log settings, and stops them;
+`WorkerLink` serves one worker's channel (`server.contract.link`) with the in-process core."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from server.contract import link
+from server.contract.arena import Allocator, Arena
+from server.contract.datatypes import encode_raw
+from server.contract.errors import InternalError, ServerError, UnavailableError
+from server.contract.responses import InferResponse
+from server.contract.wire import Channel, Message
+from server.core.local import LocalCore
+
+_log = logging.getLogger(__name__)
+
+RESTART_DELAY_S = 0.5  # between a worker's death and its replacement
+CANCELLED = "the request was cancelled by its client"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How the pool runs its workers."""
+
+    count: int  # worker processes
+    arena_bytes: int  # each worker's input arena, and its output arena
+    settings: Mapping[str, Any]  # the front ends' settings, as plain values
+    log_settings: Mapping[str, Any]  # Triton's log settings at start
+    stop_timeout_s: float  # bound on a worker's drain at shutdown
+
+
+class WorkerLink:
+    """The core's side of one worker's channel."""
+
+    def __init__(
+        self,
+        core: LocalCore,
+        inputs: Arena,
+        outputs: Arena,
+        on_logs: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self._core = core
+        self._inputs = inputs  # the worker writes requests' inputs here
+        self._outputs = outputs  # the core writes responses' outputs here
+        self._allocator = Allocator(outputs.size_bytes)
+        self._on_logs = on_logs
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.ready: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.channel = Channel(self._on_message, self._on_lost)
+
+    def send(self, message: Message) -> None:
+        if not self.lost.done():
+            self.channel.send(message)
+
+    def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        self._inputs.close()  # unmapped once the last view of it (a queued request's) is gone
+        self._outputs.close()
+
+    def _on_message(self, message: Message) -> None:
+        kind = message[0]
+        if kind == link.INFER:
+            rid, stream, request = link.decode_infer(message, self._inputs)
+            serve = self._serve_stream(rid, request) if stream else self._serve(rid, request)
+            self._tasks[rid] = asyncio.get_running_loop().create_task(serve)
+        elif kind == link.RELEASE:
+            for offset in message[1]:
+                self._allocator.release(offset)
+        elif kind == link.CANCEL:
+            task = self._tasks.get(message[1])
+            if task is not None:
+                task.cancel()
+        elif kind == link.CALL:
+            asyncio.get_running_loop().create_task(self._call(*message[1:]))
+        elif kind == link.READY and not self.ready.done():
+            self.ready.set_result((message[1], message[2]))
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            _log.warning("front-end worker channel failed: %s", exc)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError("the worker closed its channel at start"))
+
+    async def _serve(self, rid: int, request: Any) -> None:
+        try:
+            response = await self._core.infer(request)
+            self.send(link.encode_answer(rid, True, response, self._place(response)))
+        except ServerError as exc:
+            self.send(link.encode_failed(rid, exc))
+        except asyncio.CancelledError:
+            self.send(link.encode_failed(rid, UnavailableError(CANCELLED)))
+        except Exception as exc:
+            _log.exception("request '%s' for model '%s' failed", request.request_id, request.model)
+            self.send(link.encode_failed(rid, InternalError(f"internal error: {exc}")))
+        finally:
+            del self._tasks[rid]
+
+    async def _serve_stream(self, rid: int, request: Any) -> None:
+        final = False
+        try:
+            async for item, final in self._core.infer_stream(request):
+                if isinstance(item, ServerError):
+                    self.send(link.encode_failed(rid, item, final, in_band=True))
+                else:
+                    placements = () if item is None else self._place(item)
+                    self.send(link.encode_answer(rid, final, item, placements))
+            if not final:
+                self.send((link.DONE, rid))
+        except ServerError as exc:
+            self.send(link.encode_failed(rid, exc))
+        except asyncio.CancelledError:
+            self.send(link.encode_failed(rid, UnavailableError(CANCELLED)))
+        except Exception as exc:
+            _log.exception("stream request '%s' for '%s' failed", request.request_id, request.model)
+            self.send(link.encode_failed(rid, InternalError(f"internal error: {exc}")))
+        finally:
+            del self._tasks[rid]
+
+    def _place(self, response: InferResponse) -> list[link.Placement]:
+        """Each output into the worker's output arena (one copy), else inline."""
+        placements: list[link.Placement] = []
+        for output in response.outputs:
+            array = output.array
+            if array is None:
+                placements.append((link.SHARED, None))
+                continue
+            contiguous = link.placed_array(array)
+            offset = None if contiguous is None else self._allocator.allocate(contiguous.nbytes)
+            if contiguous is None or offset is None:
+                placements.append((link.INLINE, encode_raw(output.spec.datatype, array)))
+                continue
+            self._outputs.write_array(offset, contiguous)
+            placements.append((link.ARENA, offset, contiguous.nbytes))
+        return placements
+
+    async def _call(self, cid: int, method: str, args: Any) -> None:
+        try:
+            if method not in link.CALLS:
+                raise InternalError(f"unknown core call '{method}'")
+            value = await getattr(self._core, method)(*link.decode_args(method, args))
+            self.send((link.RESULT, cid, link.encode_result(method, value)))
+            if method == "log_settings" and args[0]:
+                self._on_logs(value)
+        except ServerError as exc:
+            self.send((link.REFUSED, cid, *link.error_message(exc)))
+        except Exception as exc:
+            _log.exception("core call '%s' failed", method)
+            self.send((link.REFUSED, cid, InternalError.__name__, f"internal error: {exc}"))
+
+
+class WorkerPool:
+    """N front-end worker processes on the same ports, each with its own channel and arenas."""
+
+    def __init__(self, core: LocalCore, options: WorkerOptions) -> None:
+        self._core = core
+        self._options = options
+        self._links: dict[int, WorkerLink] = {}
+        self._processes: dict[int, asyncio.subprocess.Process] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+        self._serving = False
+        self._log_settings = dict(options.log_settings)
+        self._stopping = False
+
+    async def start(self) -> tuple[int, int]:
+        """Start every worker; returns the (gRPC, HTTP) ports they serve, once all serve."""
+        ports = await asyncio.gather(*(self._spawn(index) for index in range(self._options.count)))
+        return ports[0]
+
+    def set_health(self, serving: bool) -> None:
+        self._serving = serving
+        self._broadcast((link.HEALTH, serving))
+
+    async def stop(self) -> None:
+        """SIGTERM every worker (each drains its calls), then wait; SIGKILL what lingers."""
+        self._stopping = True
+        for watcher in self._watchers:
+            watcher.cancel()
+        for process in self._processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for index, process in list(self._processes.items()):
+            try:
+                await asyncio.wait_for(process.wait(), self._options.stop_timeout_s)
+            except TimeoutError:
+                _log.warning("front-end worker %d did not stop; killing it", index)
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        for worker_link in self._links.values():
+            worker_link.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self._processes.values()]
+
+    def _broadcast(self, message: Message) -> None:
+        for worker_link in self._links.values():
+            worker_link.send(message)
+
+    def _logs_changed(self, settings: dict[str, Any]) -> None:
+        self._log_settings = settings
+        self._broadcast((link.LOGS, settings))
+
+    async def _spawn(self, index: int) -> tuple[int, int]:
+        options = self._options
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        inputs = Arena.create(options.arena_bytes, f"convoy-inputs-{index}")
+        outputs = Arena.create(options.arena_bytes, f"convoy-outputs-{index}")
+        worker_link = WorkerLink(self._core, inputs, outputs, self._logs_changed)
+        fds = (theirs.fileno(), inputs.fd, outputs.fd)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "server",
+            "frontend",
+            "--channel-fd",
+            str(fds[0]),
+            "--input-arena-fd",
+            str(fds[1]),
+            "--output-arena-fd",
+            str(fds[2]),
+            "--arena-bytes",
+            str(options.arena_bytes),
+            "--worker-index",
+            str(index),
+            pass_fds=fds,
+        )
+        theirs.close()
+        ours.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(lambda: worker_link.channel, ours)
+        info = self._core.info
+        worker_link.send(
+            (
+                link.WELCOME,
+                dict(options.settings),
+                info.tracing,
+                info.cuda_shared_memory,
+                self._serving,
+                self._log_settings,
+            )
+        )
+        self._links[index] = worker_link
+        self._processes[index] = process
+        try:
+            ports = await worker_link.ready
+        except ConnectionError:
+            code = await process.wait()
+            raise OSError(f"front-end worker {index} exited with {code} before serving") from None
+        self._watchers.append(loop.create_task(self._watch(index, process, worker_link)))
+        _log.info("front-end worker %d (pid %d) serving", index, process.pid)
+        return ports
+
+    async def _watch(
+        self, index: int, process: asyncio.subprocess.Process, worker_link: WorkerLink
+    ) -> None:
+        """Replace worker `index` if it dies; requests of other workers never notice."""
+        code = await process.wait()
+        worker_link.close()
+        if self._stopping:
+            return
+        _log.error(
+            "front-end worker %d (pid %d) exited with %s; restarting it", index, process.pid, code
+        )
+        await asyncio.sleep(RESTART_DELAY_S)
+        while not self._stopping:
+            try:
+                await self._spawn(index)
+                return
+            except OSError as exc:
+                _log.error("front-end worker %d failed to start: %s", index, exc)
+                await asyncio.sleep(RESTART_DELAY_S)
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, not listening, SO_REUSEPORT socket on host:port (0: a free port) that keeps the
+    port for the workers; connections only ever reach listening sockets, the workers'."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    reserved = socket.socket(family, socket.SOCK_STREAM)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        reserved.bind((host, port))
+    except OSError:
+        reserved.close()
+        raise
+    return reserved

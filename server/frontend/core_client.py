@@ -1,0 +1,267 @@
+"""`CoreClient`: the `Core` of a front-end worker process, served by the core process over one
+channel (`server.contract.link`). Inputs are written once into this worker's input arena;
+outputs are copied out of its output arena, whose blocks go back to the core right away."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proto import grpc_service_pb2 as pb
+from proto import model_config_pb2 as mc
+from server.contract import link
+from server.contract.arena import Allocator, Arena
+from server.contract.core import CoreInfo, LogValue, StreamItem
+from server.contract.datatypes import BY_WIRE, encode_raw
+from server.contract.errors import ServerError, UnavailableError
+from server.contract.model_io import ModelIO
+from server.contract.requests import InferRequest
+from server.contract.responses import InferResponse
+from server.contract.wire import Channel, Message
+
+_log = logging.getLogger(__name__)
+
+CORE_GONE = "the core process is gone; this front-end worker is stopping"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One request in flight: where its answers go, and its input blocks to free at the end."""
+
+    answers: asyncio.Queue[Message] | asyncio.Future[Message]
+    inputs: list[int] = field(default_factory=list)  # offsets in the input arena
+    abandoned: bool = False  # its caller went away: answers only give their blocks back
+
+
+class CoreClient:
+    """The core as a worker's front ends call it; `welcome` must be awaited first."""
+
+    def __init__(self, inputs: Arena, outputs: Arena) -> None:
+        self._inputs = inputs
+        self._allocator = Allocator(inputs.size_bytes)
+        self._outputs = outputs
+        self.channel = Channel(self._on_message, self._on_lost)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._calls: dict[int, asyncio.Future[Message]] = {}
+        self._welcome: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.info = CoreInfo(tracing=False, cuda_shared_memory=False)
+        self.on_health: Callable[[bool], object] = lambda serving: None
+        self.on_logs: Callable[[dict[str, LogValue]], object] = lambda settings: None
+
+    async def welcome(self) -> Message:
+        """The core's first message: the front end's settings and what the core serves."""
+        message = await self._welcome
+        self.info = CoreInfo(tracing=message[2], cuda_shared_memory=message[3])
+        return message
+
+    def ready(self, grpc_port: int, http_port: int) -> None:
+        self.channel.send((link.READY, grpc_port, http_port))
+
+    # --- inference ---
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        rid = self._send(request, False, future)
+        try:
+            message = await future
+        except asyncio.CancelledError:
+            self._abandon(rid)
+            raise
+        if message[0] == link.FAILED:
+            raise link.error_of(message[3], message[4])
+        response = link.decode_answer(message, self._outputs, self._release_output)
+        assert response is not None  # a unary answer always has outputs
+        return response
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
+        answers: asyncio.Queue[Message] = asyncio.Queue()
+        rid = self._send(request, True, answers)
+        try:
+            while True:
+                message = await answers.get()
+                kind = message[0]
+                if kind == link.DONE:
+                    return
+                if kind == link.FAILED and not message[5]:  # refused or failed as a whole
+                    raise link.error_of(message[3], message[4])
+                yield link.stream_item(message, self._outputs, self._release_output)
+                if message[2]:
+                    return
+        finally:
+            self._abandon(rid)
+
+    def _abandon(self, rid: int) -> None:
+        """The caller of request `rid` went away: the core is told, its answers are dropped."""
+        pending = self._pending.get(rid)
+        if pending is not None and not pending.abandoned:
+            pending.abandoned = True
+            self.channel.send((link.CANCEL, rid))
+
+    def _send(
+        self,
+        request: InferRequest,
+        stream: bool,
+        answers: asyncio.Queue[Message] | asyncio.Future[Message],
+    ) -> int:
+        if self.lost.done():
+            raise UnavailableError(CORE_GONE)
+        rid = next(self._ids)
+        pending = _Pending(answers)
+        placements = [self._place(tensor, pending) for tensor in request.inputs]
+        self._pending[rid] = pending
+        self.channel.send(link.encode_infer(rid, stream, request, placements))
+        return rid
+
+    def _place(self, tensor: Any, pending: _Pending) -> link.Placement:
+        """Where one input's bytes go: the input arena (one copy), else inline."""
+        if tensor.location is not None:
+            return (link.SHARED, tensor.location)
+        array = link.placed_array(tensor.array)
+        if array is None:
+            return (link.INLINE, encode_raw(BY_WIRE[tensor.datatype], tensor.array))
+        offset = self._allocator.allocate(array.nbytes)
+        if offset is None:  # the arena is full: this request's bytes travel in its message
+            return (link.INLINE, array.tobytes())
+        self._inputs.write_array(offset, array)
+        pending.inputs.append(offset)
+        return (link.ARENA, offset, array.nbytes)
+
+    def _release_output(self, offset: int) -> None:
+        self.channel.send((link.RELEASE, (offset,)))
+
+    # --- control calls ---
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        if self.lost.done():
+            raise UnavailableError(CORE_GONE)
+        cid = next(self._ids)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._calls[cid] = future
+        self.channel.send((link.CALL, cid, method, link.encode_args(method, args)))
+        try:
+            message = await future
+        finally:
+            self._calls.pop(cid, None)
+        if message[0] == link.REFUSED:
+            raise link.error_of(message[2], message[3])
+        return link.decode_result(method, message[2])
+
+    async def server_ready(self) -> bool:
+        return bool(await self._call("server_ready"))
+
+    async def model_ready(self, name: str, version: str) -> bool:
+        return bool(await self._call("model_ready", name, version))
+
+    async def check_model(self, name: str) -> None:
+        await self._call("check_model", name)
+
+    async def model_metadata(self, name: str, version: str) -> pb.ModelMetadataResponse:
+        result: pb.ModelMetadataResponse = await self._call("model_metadata", name, version)
+        return result
+
+    async def model_config(self, name: str, version: str) -> mc.ModelConfig:
+        result: mc.ModelConfig = await self._call("model_config", name, version)
+        return result
+
+    async def model_io(self, name: str, version: str) -> ModelIO:
+        result: ModelIO = await self._call("model_io", name, version)
+        return result
+
+    async def model_statistics(self, name: str, version: str) -> pb.ModelStatisticsResponse:
+        result: pb.ModelStatisticsResponse = await self._call("model_statistics", name, version)
+        return result
+
+    async def repository_index(self, ready_only: bool) -> pb.RepositoryIndexResponse:
+        result: pb.RepositoryIndexResponse = await self._call("repository_index", ready_only)
+        return result
+
+    async def load_model(
+        self, name: str, config: mc.ModelConfig | None, files: Mapping[str, bytes]
+    ) -> None:
+        await self._call("load_model", name, config, files)
+
+    async def unload_model(self, name: str, unload_dependents: bool) -> None:
+        await self._call("unload_model", name, unload_dependents)
+
+    async def system_shm_status(self, name: str) -> pb.SystemSharedMemoryStatusResponse:
+        result: pb.SystemSharedMemoryStatusResponse = await self._call("system_shm_status", name)
+        return result
+
+    async def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self._call("system_shm_register", name, key, offset, byte_size)
+
+    async def system_shm_unregister(self, name: str) -> None:
+        await self._call("system_shm_unregister", name)
+
+    async def cuda_shm_status(self, name: str) -> pb.CudaSharedMemoryStatusResponse:
+        result: pb.CudaSharedMemoryStatusResponse = await self._call("cuda_shm_status", name)
+        return result
+
+    async def cuda_shm_register(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        await self._call("cuda_shm_register", name, raw_handle, device_id, byte_size)
+
+    async def cuda_shm_unregister(self, name: str) -> None:
+        await self._call("cuda_shm_unregister", name)
+
+    async def log_settings(self, changes: Mapping[str, LogValue]) -> dict[str, LogValue]:
+        result: dict[str, LogValue] = await self._call("log_settings", changes)
+        return result
+
+    # --- messages from the core ---
+
+    def _on_message(self, message: Message) -> None:
+        kind = message[0]
+        if kind == link.ANSWER or kind == link.FAILED or kind == link.DONE:
+            rid = message[1]
+            pending = self._pending.get(rid)
+            if pending is None:
+                return
+            if kind == link.DONE or message[2]:  # final: its inputs are no longer read
+                del self._pending[rid]
+                for offset in pending.inputs:
+                    self._allocator.release(offset)
+            if pending.abandoned:
+                if kind == link.ANSWER:
+                    link.decode_answer(message, self._outputs, self._release_output)
+                return
+            answers = pending.answers
+            if isinstance(answers, asyncio.Queue):
+                answers.put_nowait(message)
+            elif not answers.done():
+                answers.set_result(message)
+        elif kind == link.RESULT or kind == link.REFUSED:
+            future = self._calls.get(message[1])
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif kind == link.HEALTH:
+            self.on_health(message[1])
+        elif kind == link.LOGS:
+            self.on_logs(message[1])
+        elif kind == link.WELCOME:
+            self._welcome.set_result(message)
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            _log.error("lost the core process: %s", exc)
+        gone = link.encode_failed(0, UnavailableError(CORE_GONE))
+        for pending in self._pending.values():
+            if isinstance(pending.answers, asyncio.Queue):
+                pending.answers.put_nowait(gone)
+            elif not pending.answers.done():
+                pending.answers.set_result(gone)
+        self._pending.clear()
+        for future in self._calls.values():
+            if not future.done():
+                future.set_result((link.REFUSED, 0, UnavailableError.__name__, CORE_GONE))
+        if not self._welcome.done():
+            self._welcome.set_exception(ServerError(CORE_GONE))
+        if not self.lost.done():
+            self.lost.set_result(None)

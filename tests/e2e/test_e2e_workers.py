@@ -1,0 +1,268 @@
+"""Front-end worker processes (`--frontend-workers`): a killed worker is replaced while clients of
+the other one see no failure, SIGTERM under load leaves no process behind, a dead core takes its
+workers with it, a region registered through one worker serves requests through another, and
+statistics count every request whichever worker took it.
+
+Which worker a client's connection reached is read from the kernel: each worker's socket inodes
+(/proc/<pid>/fd) against the connections of /proc/net/tcp."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
+from e2e_support import SIMPLE_BYTES, ConvoyServer, shm_inputs, simple_inputs
+from tritonclient.utils import InferenceServerException
+
+WORKERS = ("--frontend-workers", "2")
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
+@pytest.fixture
+def server(subset_repository, tmp_path: Path) -> Iterator[ConvoyServer]:
+    """A server of `simple` with two front-end workers (killed at the end if still running)."""
+    started = ConvoyServer(subset_repository("simple"), tmp_path / "server.log", *WORKERS)
+    try:
+        yield started.start()
+    finally:
+        started.kill()
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.update(int(child) for child in text)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+def _wait_gone(pids: set[int], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids), f"still running: {pids}"
+
+
+def _workers(server: ConvoyServer, count: int = 2, timeout_s: float = 30.0) -> set[int]:
+    """The server's worker processes, once `count` of them serve."""
+    assert server.process is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        children = {pid for pid in _children(server.process.pid) if _alive(pid)}
+        if len(children) == count and all(_listening(pid, server.grpc_port) for pid in children):
+            return children
+        time.sleep(0.1)
+    pytest.fail(f"the server did not have {count} serving workers; log:\n{server.log()}")
+
+
+def _tcp() -> list[tuple[int, int, int]]:
+    """(local port, remote port, inode) of every TCP socket (gRPC listens on IPv6 sockets that
+    take IPv4 too)."""
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], int(fields[9])
+            rows.append((int(local.rsplit(":")[1], 16), int(remote.rsplit(":")[1], 16), inode))
+    return rows
+
+
+def _inodes(pid: int) -> set[int]:
+    found = set()
+    with contextlib.suppress(FileNotFoundError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    found.add(int(target[8:-1]))
+    return found
+
+
+def _listening(pid: int, port: int) -> bool:
+    inodes = _inodes(pid)
+    return any(local == port and remote == 0 and inode in inodes for local, remote, inode in _tcp())
+
+
+def _worker_of_clients(server_port: int, workers: set[int]) -> dict[int, int]:
+    """Client port -> the worker holding the other end of that connection."""
+    owners = {inode: pid for pid in workers for inode in _inodes(pid)}
+    return {
+        remote: owners[inode]
+        for local, remote, inode in _tcp()
+        if local == server_port and remote and inode in owners
+    }
+
+
+def _our_ports(server_port: int) -> set[int]:
+    ours = _inodes(os.getpid())
+    return {local for local, remote, inode in _tcp() if remote == server_port and inode in ours}
+
+
+Client = tuple[grpcclient.InferenceServerClient, int]  # a client and its connection's local port
+
+
+@contextlib.contextmanager
+def _clients(server: ConvoyServer, count: int) -> Iterator[list[Client]]:
+    """`count` clients, each on its own connection."""
+    opened: list[Client] = []
+    try:
+        for _ in range(count):
+            before = _our_ports(server.grpc_port)
+            # gRPC shares one connection among a process's channels to one address unless told.
+            client = grpcclient.InferenceServerClient(server.url, channel_args=OWN_CONNECTION)
+            try:
+                client.infer("simple", simple_inputs(1)[0])  # opens the connection
+            except BaseException:
+                client.close()
+                raise
+            (port,) = _our_ports(server.grpc_port) - before
+            opened.append((client, port))
+        yield opened
+    finally:
+        for client, _ in opened:
+            client.close()
+
+
+def _load(
+    clients: list[Client], stop: threading.Event, outcomes: dict[int, list[str]]
+) -> list[threading.Thread]:
+    """One thread per client sending `simple` requests until `stop`; each answer checked."""
+
+    def run(client: grpcclient.InferenceServerClient, port: int) -> None:
+        seed = port
+        while not stop.is_set():
+            inputs, a, b = simple_inputs(1, seed=seed)
+            seed += 1
+            try:
+                result = client.infer("simple", inputs, client_timeout=10)
+                ok = np.array_equal(result.as_numpy("OUTPUT0"), a + b)
+                outcomes[port].append("ok" if ok else "WRONG")
+            except InferenceServerException as exc:
+                outcomes[port].append(str(exc.status()))
+
+    threads = [threading.Thread(target=run, args=entry, daemon=True) for entry in clients]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_a_killed_worker_is_replaced_and_clients_of_the_other_see_no_failure(
+    server: ConvoyServer,
+) -> None:
+    workers = _workers(server)
+    with _clients(server, 12) as clients:
+        owners = _worker_of_clients(server.grpc_port, workers)
+        by_worker = {pid: [port for _, port in clients if owners[port] == pid] for pid in workers}
+        victim = max(by_worker, key=lambda pid: len(by_worker[pid]))
+        survivors = [port for _, port in clients if owners[port] != victim]
+        outcomes: dict[int, list[str]] = {port: [] for _, port in clients}
+        stop = threading.Event()
+        threads = _load(clients, stop, outcomes)
+        time.sleep(1.0)
+        os.kill(victim, signal.SIGKILL)
+        _wait_gone({victim})
+        replaced = _workers(server) - workers
+        time.sleep(1.0)
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+    assert len(replaced) == 1, "the killed worker was not replaced"
+    for port in survivors:
+        assert outcomes[port] and set(outcomes[port]) == {"ok"}, outcomes[port]
+    for port in by_worker[victim]:
+        # Its requests in flight at the kill fail as UNAVAILABLE; none is answered wrongly.
+        assert set(outcomes[port]) <= {"ok", "StatusCode.UNAVAILABLE"}, outcomes[port]
+    assert server.stop() == 0
+
+
+def test_sigterm_under_load_leaves_no_process_behind(server: ConvoyServer) -> None:
+    workers = _workers(server)
+    with _clients(server, 6) as clients:
+        outcomes: dict[int, list[str]] = {port: [] for _, port in clients}
+        stop = threading.Event()
+        threads = _load(clients, stop, outcomes)
+        time.sleep(1.0)
+        server.send_signal(signal.SIGTERM)
+        code = server.wait()
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+    assert code == 0, server.log()
+    assert not any(_alive(pid) for pid in workers)
+    answers = [outcome for port in outcomes for outcome in outcomes[port]]
+    assert answers.count("ok") > 0 and "WRONG" not in answers
+    # Refused while draining (UNAVAILABLE), or, for a call that reaches a gRPC server in the
+    # moment it shuts down, CANCELLED by grpc itself (the same without workers).
+    assert set(answers) <= {"ok", "StatusCode.UNAVAILABLE", "StatusCode.CANCELLED"}, answers
+
+
+def test_workers_exit_when_the_core_dies(server: ConvoyServer) -> None:
+    workers = _workers(server)
+    server.kill()  # SIGKILL: the core cannot stop them
+    _wait_gone(workers)
+
+
+def test_a_region_registered_through_one_worker_serves_another(server: ConvoyServer) -> None:
+    workers = _workers(server)
+    _, a, b = simple_inputs(1)
+    handle = shm.create_shared_memory_region("in_workers", "/convoy_in_workers", 2 * SIMPLE_BYTES)
+    try:
+        shm.set_shared_memory_region(handle, [a, b])
+        with _clients(server, 12) as clients:
+            owners = _worker_of_clients(server.grpc_port, workers)
+            first = next(entry for entry in clients if owners[entry[1]] == min(workers))
+            second = next(entry for entry in clients if owners[entry[1]] == max(workers))
+            first[0].register_system_shared_memory(
+                "in_workers", "/convoy_in_workers", 2 * SIMPLE_BYTES
+            )
+            result = second[0].infer("simple", shm_inputs(grpcclient, "in_workers"))
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+            status = second[0].get_system_shared_memory_status()
+            assert list(status.regions) == ["in_workers"]
+            second[0].unregister_system_shared_memory()
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_statistics_count_every_request_whichever_worker_took_it(server: ConvoyServer) -> None:
+    workers = _workers(server)
+    per_client = 25
+    with _clients(server, 8) as clients:
+        owners = _worker_of_clients(server.grpc_port, workers)
+        assert set(owners.values()) == workers, "every worker should hold some connection"
+
+        def send(client: grpcclient.InferenceServerClient) -> None:
+            for seed in range(per_client):
+                inputs, a, b = simple_inputs(1, seed=seed)
+                np.testing.assert_array_equal(
+                    client.infer("simple", inputs).as_numpy("OUTPUT0"), a + b
+                )
+
+        threads = [threading.Thread(target=send, args=(entry[0],)) for entry in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        (stats,) = clients[0][0].get_inference_statistics("simple").model_stats
+    # One opening request per client, then `per_client` each.
+    total = len(clients) * (per_client + 1)
+    assert stats.inference_count == total
+    assert stats.inference_stats.success.count == total
+    assert server.stop() == 0
