@@ -48,6 +48,7 @@ class CoreClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._calls: dict[int, asyncio.Future[Message]] = {}
+        self._released: list[int] = []  # output blocks to give back with the next message
         self._welcome: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.info = CoreInfo(tracing=False, cuda_shared_memory=False)
@@ -133,7 +134,15 @@ class CoreClient:
         return (link.ARENA, offset, array.nbytes)
 
     def _release_output(self, offset: int) -> None:
-        self.channel.send((link.RELEASE, (offset,)))
+        """Give an output block back; one message carries a loop iteration's releases."""
+        if not self._released:
+            asyncio.get_running_loop().call_soon(self._send_releases)
+        self._released.append(offset)
+
+    def _send_releases(self) -> None:
+        released, self._released = self._released, []
+        if not self.lost.done():
+            self.channel.send((link.RELEASE, tuple(released)))
 
     # --- control calls ---
 
