@@ -19,6 +19,7 @@ from server.frontend.grpc import InferenceServicer
 from server.frontend.http import HttpFrontEnd
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
+CONNECTION_AGE_MS = 20_000  # with shared ports: a connection's life before it is re-dealt
 
 
 class FrontEnd:
@@ -81,13 +82,18 @@ class FrontEnd:
     def _build_grpc_server(self, health: health_aio.HealthServicer) -> grpc.aio.Server:
         settings = self._settings
         limit = settings.max_message_bytes
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-                ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
-            ]
-        )
+        options: list[tuple[str, int]] = [
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
+        ]
+        if settings.reuse_port:
+            # The kernel hashes each connection to one of the processes on the port, and an
+            # HTTP/2 connection carries all of a client's calls: a GOAWAY after an age makes
+            # clients take their next calls to a new connection (dealt again) while the calls
+            # in flight, long streams included, finish on the old one (no grace limit).
+            options.append(("grpc.max_connection_age_ms", CONNECTION_AGE_MS))
+        server = grpc.aio.server(options=options)
         servicer = InferenceServicer(
             self._core,
             settings.version,
