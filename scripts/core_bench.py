@@ -158,7 +158,8 @@ async def _raw_load(
     loop: asyncio.AbstractEventLoop, sock: socket.socket, inputs: Arena, args: argparse.Namespace
 ) -> int:
     """As little work as a driver can do: one input block written once, the same descriptor
-    sent again and again, each answer's output block released and the next request sent."""
+    sent again and again, each answer's output block released (one RELEASE message per loop
+    iteration, as `CoreClient` sends them) and the next request sent."""
     array = np.arange(4, dtype=np.float32).reshape(1, 4)
     inputs.write_array(0, array)
     placement = [(link.ARENA, 0, array.nbytes)]
@@ -167,12 +168,19 @@ async def _raw_load(
     done = 0
     ids = iter(range(1, 1 << 62))
     deadline = 0.0
+    released: list[int] = []
+
+    def send_releases() -> None:
+        channel.send((link.RELEASE, tuple(released)))
+        released.clear()
 
     def on_message(message: wire.Message) -> None:
         nonlocal done
         if message[0] != link.ANSWER:
             return
-        channel.send((link.RELEASE, (message[5][0][5],)))
+        if not released:
+            loop.call_soon(send_releases)
+        released.append(message[5][0][5])
         if counting:
             done += 1
         if time.monotonic() < deadline:

@@ -99,27 +99,26 @@ def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferReque
     """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
     (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
     parameters, carrier, locations, tensors = message[9:]
-    decoded = []
-    for name, wire, shape, kind, *where in tensors:
-        datatype = BY_WIRE[wire]
-        if kind == ARENA:
-            array = inputs.array(where[0], datatype.numpy, shape)
-            decoded.append(InferInput(name, wire, shape, array))
-        elif kind == INLINE:
-            decoded.append(
-                InferInput(name, wire, shape, decode_raw(name, datatype, shape, where[0]))
-            )
-        else:
-            decoded.append(InferInput(name, wire, shape, None, where[0]))
     options = (
         InferOptions(priority, timeout_us, parameters)
         if priority or timeout_us or parameters
         else _NO_OPTIONS
     )
+    decoded = [_decode_input(tensor, inputs) for tensor in tensors]
     request = InferRequest(
         model, version, decoded, outputs, options, request_id, carrier, locations
     )
     return rid, stream, request
+
+
+def _decode_input(tensor: tuple[Any, ...], inputs: Arena) -> InferInput:
+    # (name, wire, shape, kind, where, ...): every placement's first value says where.
+    name, wire, shape, kind, where = tensor[:5]
+    if kind == ARENA:
+        return InferInput(name, wire, shape, inputs.array(where, BY_WIRE[wire].numpy, shape))
+    if kind == INLINE:
+        return InferInput(name, wire, shape, decode_raw(name, BY_WIRE[wire], shape, where))
+    return InferInput(name, wire, shape, None, where)
 
 
 _NO_OPTIONS = InferOptions()

@@ -105,6 +105,14 @@ def test_arrays_and_views_are_the_segment_itself() -> None:
         np.testing.assert_array_equal(array, payload.reshape(2, 3))
         arena.write_array(128, payload.reshape(3, 2).T)  # strided source, written in C order
         np.testing.assert_array_equal(array.ravel(), payload.reshape(3, 2).T.ravel())
+        for contiguous in (
+            np.array(-1.5, np.float16),  # zero dimensions
+            np.array([[True], [False]]),
+            np.arange(4, dtype=np.int64).reshape(2, 1, 2),
+        ):
+            assert arena.write_array(1024, contiguous) == contiguous.nbytes
+            back = arena.array(1024, contiguous.dtype, contiguous.shape)
+            np.testing.assert_array_equal(back, contiguous)
         view = arena.view(128, 24)
         view[:4] = bytes(4)
         assert array[0, 0] == 0
@@ -119,6 +127,10 @@ def test_reaching_past_the_end_is_an_index_error() -> None:
             arena.array(4000, np.float64, (100,))
         with pytest.raises(IndexError):
             arena.write(-1, b"x")
+        with pytest.raises(IndexError):
+            arena.write_array(4090, np.zeros(2, np.float64))
+        with pytest.raises(ValueError, match="negative dimension"):
+            arena.array(0, np.float32, (2, -1))
 
 
 def mapped(name: str) -> bool:

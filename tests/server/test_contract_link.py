@@ -1,0 +1,113 @@
+"""The wire's message layouts: a request and a response encoded by one side and decoded by the
+other, tensors placed in an arena, inline, or in a shared memory region."""
+
+import numpy as np
+
+from server.contract import link
+from server.contract.arena import Arena
+from server.contract.datatypes import BY_WIRE, encode_raw
+from server.contract.errors import InvalidInputError
+from server.contract.model_io import TensorSpec
+from server.contract.requests import InferInput, InferOptions, InferRequest
+from server.contract.responses import InferOutput, InferResponse
+
+
+def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
+    floats = np.arange(6, dtype=np.float32).reshape(2, 3)
+    words = np.array([b"ab", b""], dtype=object)
+    request = InferRequest(
+        "model",
+        "2",
+        [
+            InferInput("FLOATS", "FP32", (2, 3), floats),
+            InferInput("WORDS", "BYTES", (2,), words),
+            InferInput("SHARED", "INT32", (4,), None, ("region", 64, 16)),
+        ],
+        ["OUT"],
+        InferOptions(priority=1, timeout_us=500, parameters={"key": "value"}),
+        "id-7",
+        {"traceparent": "00-ab"},
+        {"OUT": ("region", 128, 24)},
+    )
+    with Arena.create(1 << 16) as arena:
+        arena.write_array(256, floats)
+        placements = [
+            (link.ARENA, 256, floats.nbytes),
+            (link.INLINE, encode_raw(BY_WIRE["BYTES"], words)),
+            (link.SHARED, ("region", 64, 16)),
+        ]
+        rid, stream, decoded = link.decode_infer(
+            link.encode_infer(9, True, request, placements), arena
+        )
+        assert (rid, stream) == (9, True)
+        assert decoded.options == request.options
+        assert (decoded.model, decoded.version, decoded.request_id) == ("model", "2", "id-7")
+        assert list(decoded.outputs) == ["OUT"]
+        assert decoded.carrier == request.carrier
+        assert decoded.output_locations == request.output_locations
+        arena_input, inline_input, shared_input = decoded.inputs
+        np.testing.assert_array_equal(arena_input.array, floats)
+        assert not arena_input.array.flags.owndata  # a view of the arena, not a copy
+        assert list(inline_input.array) == [b"ab", b""]
+        assert (inline_input.name, inline_input.datatype, inline_input.shape) == (
+            "WORDS",
+            "BYTES",
+            (2,),
+        )
+        assert shared_input.array is None
+        assert shared_input.location == ("region", 64, 16)
+
+
+def test_a_request_without_options_shares_the_default_ones() -> None:
+    request = InferRequest("model", "", [], [], InferOptions())
+    with Arena.create(4096) as arena:
+        _, stream, decoded = link.decode_infer(link.encode_infer(1, False, request, []), arena)
+    assert not stream
+    assert decoded.options == InferOptions()
+    assert decoded.inputs == [] and decoded.carrier is None
+
+
+def test_a_response_decodes_with_its_outputs_copied_and_their_blocks_released() -> None:
+    spec = TensorSpec("OUT", BY_WIRE["FP32"], (-1,), False)
+    words = TensorSpec("WORDS", BY_WIRE["BYTES"], (1,), False)
+    shared = TensorSpec("SHARED", BY_WIRE["INT32"], (2,), False)
+    array = np.array([[1.5, -2.0]], np.float32)
+    text = np.array([[b"x"]], dtype=object)
+    response = InferResponse(
+        "model",
+        3,
+        [
+            InferOutput(spec, (1, 2), array),
+            InferOutput(words, (1, 1), text),
+            InferOutput(shared, (1, 2), None),
+        ],
+    )
+    released: list[int] = []
+    with Arena.create(4096) as arena:
+        arena.write_array(512, array)
+        placements = [
+            (link.ARENA, 512, array.nbytes),
+            (link.INLINE, encode_raw(BY_WIRE["BYTES"], text)),
+            (link.SHARED, None),
+        ]
+        message = link.encode_answer(4, True, response, placements)
+        assert message[:3] == (link.ANSWER, 4, True)
+        decoded = link.decode_answer(message, arena, released.append)
+        arena.write_array(512, np.zeros(2, np.float32))  # the worker may reuse the block now
+    assert released == [512]
+    assert decoded is not None and (decoded.model, decoded.version) == ("model", 3)
+    floats, strings, in_region = decoded.outputs
+    np.testing.assert_array_equal(floats.array, array)
+    assert floats.spec == spec and floats.shape == (1, 2)
+    assert strings.array is not None and strings.array.tolist() == [[b"x"]]
+    assert in_region.array is None
+
+
+def test_a_final_flag_alone_and_a_failure_keep_their_meaning() -> None:
+    with Arena.create(4096) as arena:
+        alone = link.encode_answer(5, True, None, ())
+        assert link.decode_answer(alone, arena, lambda offset: None) is None
+        failed = link.encode_failed(6, InvalidInputError("bad shape"), final=False, in_band=True)
+        error, final = link.stream_item(failed, arena, lambda offset: None)
+    assert isinstance(error, InvalidInputError) and str(error) == "bad shape"
+    assert not final
