@@ -288,9 +288,20 @@ class WorkerPool:
 
 def reserve_port(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket on host:port (0: a free port) that keeps the
-    port for the workers; connections only ever reach listening sockets, the workers'."""
+    port for the workers; connections only ever reach listening sockets, the workers'.
+
+    A port some other process listens on is refused first (EADDRINUSE), even if that process
+    allows port sharing: a second server must never split a port's traffic with the first."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT, as gRPC
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+        port = probe.getsockname()[1]
     reserved = socket.socket(family, socket.SOCK_STREAM)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         reserved.bind((host, port))

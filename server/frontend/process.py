@@ -43,9 +43,13 @@ class FrontEnd:
         settings = self._settings
         self._health = health_aio.HealthServicer()
         self._server = self._build_grpc_server(self._health)
-        self.grpc_port = self._server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+        address = f"{settings.host}:{settings.grpc_port}"
+        try:
+            self.grpc_port = self._server.add_insecure_port(address)
+        except RuntimeError:  # grpc's way of saying the bind failed (the port is in use)
+            self.grpc_port = 0
         if self.grpc_port == 0:
-            raise OSError(f"cannot bind gRPC to {settings.host}:{settings.grpc_port}")
+            raise OSError(f"cannot bind gRPC to {address}: the address is in use or unavailable")
         await self._server.start()
         if settings.allow_http:
             self._http = HttpFrontEnd(

@@ -1,7 +1,8 @@
 """Front-end worker processes (`--frontend-workers`): a killed worker is replaced while clients of
 the other one see no failure, SIGTERM under load leaves no process behind, a dead core takes its
 workers with it, a region registered through one worker serves requests through another, and
-statistics count every request whichever worker took it.
+statistics count every request whichever worker took it, and a second server is refused a port
+the first holds (whether either shares ports among its own processes).
 
 Which worker a client's connection reached is read from the kernel: each worker's socket inodes
 (/proc/<pid>/fd) against the connections of /proc/net/tcp."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +22,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from e2e_support import SIMPLE_BYTES, ConvoyServer, shm_inputs, simple_inputs
+from e2e_support import (
+    REPO_ROOT,
+    SIMPLE_BYTES,
+    ConvoyServer,
+    serve_command,
+    shm_inputs,
+    simple_inputs,
+)
 from tritonclient.utils import InferenceServerException
 
 WORKERS = ("--frontend-workers", "2")
@@ -266,3 +275,21 @@ def test_statistics_count_every_request_whichever_worker_took_it(server: ConvoyS
     assert stats.inference_count == total
     assert stats.inference_stats.success.count == total
     assert server.stop() == 0
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_second_server_never_shares_a_port_it_finds_taken(
+    server: ConvoyServer, workers: str
+) -> None:
+    command = serve_command(
+        server.repository, "--grpc-port", str(server.grpc_port), "--frontend-workers", workers
+    )
+    second = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False)
+    assert second.returncode == 1
+    assert f"cannot bind gRPC to 127.0.0.1:{server.grpc_port}".encode() in second.stderr or (
+        f"cannot bind 127.0.0.1:{server.grpc_port}: Address already in use".encode()
+        in second.stderr
+    ), second.stderr[-2000:]
+    client = grpcclient.InferenceServerClient(server.url)
+    inputs, a, b = simple_inputs(1)
+    np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), a + b)
