@@ -11,15 +11,13 @@ from backends.device import NO_CUDA, Device, cuda_device_count
 from backends.errors import ModelLoadError
 from backends.onnxruntime._cuda import CudaOrtInstance
 from backends.onnxruntime._instance import OrtInstance
-from backends.onnxruntime._settings import OrtSettings
+from backends.onnxruntime._settings import DEFAULT_CPU_COUNT, OrtSettings
 from proto import model_config_pb2 as mc
 
 _log = logging.getLogger(__name__)
 
 _Group = mc.ModelInstanceGroup
-# Instances per placement when a group gives no count: Triton's ORT backend runs two on CPU,
-# and one on each GPU.
-_DEFAULT_CPU_COUNT = 2
+# Instances on each GPU when a group gives no count, as Triton's ORT backend (two on CPU).
 _DEFAULT_GPU_COUNT = 1
 
 
@@ -53,7 +51,7 @@ def plan_placements(config: mc.ModelConfig, cuda_device_count: int) -> list[Plac
         )
         count = group.count
         if count < 1:
-            count = _DEFAULT_GPU_COUNT if devices[0].is_cuda else _DEFAULT_CPU_COUNT
+            count = _DEFAULT_GPU_COUNT if devices[0].is_cuda else DEFAULT_CPU_COUNT
         auto = group.kind == _Group.KIND_AUTO
         for _ in range(count):
             placements.extend(Placement(name, device, auto, note) for device in devices)

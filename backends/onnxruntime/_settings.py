@@ -1,38 +1,62 @@
-"""Session settings from a model's config, under the parameter names of Triton's ORT backend."""
+"""Session settings from a model's config, under the parameter names of Triton's ORT backend, and
+the share of the machine's cores each instance's session takes when the config names no thread
+count."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import onnxruntime as ort
 
 from backends.errors import ModelLoadError
-from proto import model_config_pb2
+from proto import model_config_pb2 as mc
+
+# Instances a CPU (or KIND_AUTO) group runs when it gives no count: two, as Triton's ORT backend.
+DEFAULT_CPU_COUNT = 2
+_SPINNING = "session.intra_op.allow_spinning"  # ONNX Runtime's session config key, used as is
+_BOOLS = {"1": True, "true": True, "0": False, "false": False}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset)."""
+    return len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True, slots=True)
 class OrtSettings:
-    """How each instance's session is built; one intra-op thread per instance by default."""
+    """How each instance's session is built; `from_config` is where the thread rule lives.
 
-    intra_op_threads: int = 1  # threads inside one operator (`intra_op_thread_count`)
-    inter_op_threads: int = 1  # threads across operators (`inter_op_thread_count`)
+    Without `intra_op_thread_count` / `inter_op_thread_count`, a model's instances share the
+    cores: each session takes max(1, cores // instances) threads, so `count: 2` on 2 cores is one
+    thread each rather than ONNX Runtime's 2 x 2. Idle threads do not spin by default: a spinning
+    pool takes the cores from a busier model beside it (measured in the README, Performance).
+    """
+
+    intra_op_threads: int = 1  # threads inside one operator, >= 0; 0 is ONNX Runtime's choice
+    inter_op_threads: int = 1  # threads across operators (parallel execution only), >= 0
     parallel_execution: bool = False  # `execution_mode` 1 runs independent nodes in parallel
     optimize_graph: bool = True  # `optimization { graph { level: -1 } }` turns this off
+    allow_spinning: bool = False  # idle intra-op threads spin for work (`session.intra_op...`)
 
     @classmethod
-    def from_config(cls, config: model_config_pb2.ModelConfig) -> OrtSettings:
+    def from_config(cls, config: mc.ModelConfig, cores: int | None = None) -> OrtSettings:
+        """The settings of `config`'s sessions; `cores` defaults to `usable_cores()`."""
         params = {key: value.string_value for key, value in config.parameters.items()}
+        share = max(1, (usable_cores() if cores is None else cores) // _instance_count(config))
         return cls(
-            intra_op_threads=_int_param(config.name, params, "intra_op_thread_count", 1),
-            inter_op_threads=_int_param(config.name, params, "inter_op_thread_count", 1),
+            intra_op_threads=_int_param(config.name, params, "intra_op_thread_count", share),
+            inter_op_threads=_int_param(config.name, params, "inter_op_thread_count", share),
             parallel_execution=_int_param(config.name, params, "execution_mode", 0) == 1,
             optimize_graph=config.optimization.graph.level != -1,
+            allow_spinning=_bool_param(config.name, params, _SPINNING),
         )
 
     def session_options(self) -> ort.SessionOptions:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.intra_op_threads
         options.inter_op_num_threads = self.inter_op_threads
+        options.add_session_config_entry(_SPINNING, "1" if self.allow_spinning else "0")
         options.execution_mode = (
             ort.ExecutionMode.ORT_PARALLEL
             if self.parallel_execution
@@ -44,6 +68,21 @@ class OrtSettings:
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
         return options
+
+
+def _instance_count(config: mc.ModelConfig) -> int:
+    """The instances `config`'s groups state, on any device (one when it has no groups): the
+    sessions that share the cores. A GPU group without GPUs listed counts once, not per GPU; the
+    intra-op threads of a CUDA session hardly matter."""
+    if not config.instance_group:
+        return 1
+    total = 0
+    for group in config.instance_group:
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            total += max(1, group.count) * max(1, len(group.gpus))
+        else:
+            total += group.count if group.count >= 1 else DEFAULT_CPU_COUNT
+    return total
 
 
 def _int_param(model: str, params: dict[str, str], key: str, default: int) -> int:
@@ -58,4 +97,14 @@ def _int_param(model: str, params: dict[str, str], key: str, default: int) -> in
         ) from None
     if value < 0:
         raise ModelLoadError(f"model '{model}': parameter '{key}' must be >= 0, got {value}")
+    return value
+
+
+def _bool_param(model: str, params: dict[str, str], key: str) -> bool:
+    raw = params.get(key, "")
+    value = _BOOLS.get(raw.strip().lower() or "0")
+    if value is None:
+        raise ModelLoadError(
+            f"model '{model}': parameter '{key}' must be 0, 1, false or true, got '{raw}'"
+        )
     return value

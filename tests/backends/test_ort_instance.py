@@ -1,4 +1,4 @@
-"""ONNX Runtime instances on CPU: the IO binding path, BF16 bits, string tensors, settings."""
+"""ONNX Runtime instances on CPU: the IO binding path, BF16 bits, string tensors."""
 
 from pathlib import Path
 
@@ -10,7 +10,6 @@ from onnx import TensorProto
 from backends import InvalidTensorError, ModelLoadError, OrtInstance, OrtSettings
 from proto import model_config_pb2 as mc
 from scripts import models
-from server.core.repository import parse_config
 
 
 def _save(tmp_path: Path, model: onnx.ModelProto) -> Path:
@@ -77,30 +76,6 @@ async def test_strings_are_utf8_bytes_in_and_out(tmp_path: Path) -> None:
     with pytest.raises(InvalidTensorError, match="not valid UTF-8"):
         await instance.execute([{name: np.array([[b"\xff"]], dtype=object)}])
     instance.close()
-
-
-def test_settings_come_from_triton_parameter_names() -> None:
-    config = parse_config(
-        """
-        parameters { key: "intra_op_thread_count" value: { string_value: "3" } }
-        parameters { key: "inter_op_thread_count" value: { string_value: "2" } }
-        parameters { key: "execution_mode" value: { string_value: "1" } }
-        optimization { graph { level: -1 } }
-        """,
-        "inline",
-    )
-    settings = OrtSettings.from_config(config)
-    assert settings == OrtSettings(3, 2, parallel_execution=True, optimize_graph=False)
-    assert OrtSettings.from_config(mc.ModelConfig()).intra_op_threads == 1
-
-
-def test_bad_parameter_is_a_load_error() -> None:
-    config = parse_config(
-        'name: "m" parameters { key: "intra_op_thread_count" value: { string_value: "two" } }',
-        "inline",
-    )
-    with pytest.raises(ModelLoadError, match="intra_op_thread_count"):
-        OrtSettings.from_config(config)
 
 
 def test_garbage_file_is_a_load_error(tmp_path: Path) -> None:

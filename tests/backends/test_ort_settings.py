@@ -1,0 +1,83 @@
+"""ONNX Runtime session settings: the thread share of the cores, Triton's parameter names."""
+
+import pytest
+from google.protobuf import text_format
+
+from backends import ModelLoadError, OrtSettings
+from backends.onnxruntime import usable_cores
+from proto import model_config_pb2 as mc
+
+
+def _config(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def test_instances_share_the_cores() -> None:
+    two = _config('name: "m" instance_group [ { count: 2 kind: KIND_CPU } ]')
+    assert OrtSettings.from_config(two, cores=2).intra_op_threads == 1
+    assert OrtSettings.from_config(two, cores=8).intra_op_threads == 4
+    assert OrtSettings.from_config(two, cores=8).inter_op_threads == 4
+    assert OrtSettings.from_config(two, cores=1).intra_op_threads == 1  # never below one
+
+
+def test_one_instance_takes_every_core() -> None:
+    # No groups is one KIND_AUTO instance, as Triton's config for one instance and no parameters.
+    assert OrtSettings.from_config(mc.ModelConfig(), cores=2).intra_op_threads == 2
+    assert OrtSettings.from_config(mc.ModelConfig(), cores=16).intra_op_threads == 16
+
+
+def test_every_group_of_the_model_counts() -> None:
+    # A CPU group without a count runs two instances; a GPU group runs `count` on each GPU.
+    config = _config(
+        "instance_group [ { kind: KIND_CPU }, { count: 1 kind: KIND_GPU gpus: [ 0, 1 ] } ]"
+    )
+    assert OrtSettings.from_config(config, cores=8).intra_op_threads == 2
+
+
+def test_cores_default_to_the_affinity() -> None:
+    assert usable_cores() >= 1
+    one = OrtSettings.from_config(mc.ModelConfig())
+    assert one.intra_op_threads == usable_cores()
+
+
+def test_triton_parameters_win_over_the_share() -> None:
+    config = _config(
+        """
+        instance_group [ { count: 2 kind: KIND_CPU } ]
+        parameters { key: "intra_op_thread_count" value: { string_value: "3" } }
+        parameters { key: "inter_op_thread_count" value: { string_value: "2" } }
+        parameters { key: "execution_mode" value: { string_value: "1" } }
+        parameters { key: "session.intra_op.allow_spinning" value: { string_value: "1" } }
+        optimization { graph { level: -1 } }
+        """
+    )
+    settings = OrtSettings.from_config(config, cores=64)
+    assert settings == OrtSettings(
+        3, 2, parallel_execution=True, optimize_graph=False, allow_spinning=True
+    )
+    zero = _config('parameters { key: "intra_op_thread_count" value: { string_value: "0" } }')
+    assert OrtSettings.from_config(zero, cores=64).intra_op_threads == 0  # ORT's own choice
+
+
+def test_threads_do_not_spin_unless_asked() -> None:
+    assert not OrtSettings.from_config(mc.ModelConfig(), cores=2).allow_spinning
+    options = OrtSettings.from_config(mc.ModelConfig(), cores=2).session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.intra_op_num_threads == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("intra_op_thread_count", "two"),
+        ("inter_op_thread_count", "-1"),
+        ("execution_mode", "parallel"),
+        ("session.intra_op.allow_spinning", "yes"),
+    ],
+)
+def test_bad_parameter_is_a_load_error(key: str, value: str) -> None:
+    config = _config(
+        f'name: "m" parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    )
+    with pytest.raises(ModelLoadError, match=f"model 'm': parameter '{key}'"):
+        OrtSettings.from_config(config, cores=2)
