@@ -25,6 +25,7 @@ from backends.device import (
     import_cupy,
     is_device_array,
     on_host,
+    usable_cores,
 )
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from backends.onnxruntime import (
@@ -74,4 +75,5 @@ __all__ = [
     "prepare_inputs",
     "read_onnx_signature",
     "split_outputs",
+    "usable_cores",
 ]

@@ -1,6 +1,6 @@
 """Where arrays live: NumPy on the CPU, CuPy on a CUDA device (imported lazily, only on the GPU
-path); CUDA discovery that never raises, device memory, per-instance streams, and the growing
-staging buffers that batches are assembled in."""
+path); the usable cores, CUDA discovery that never raises, device memory, per-instance streams,
+and the growing staging buffers that batches are assembled in."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import importlib
 import io
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -29,6 +30,11 @@ NO_CUDA = (
     "CUDAExecutionProvider and cupy-cuda13x: pip install 'convoy[gpu]') are all needed"
 )
 _MIN_BLOCK_BYTES = 64 * 1024  # staging blocks start here, so small batches never regrow
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset)."""
+    return len(os.sched_getaffinity(0))
 
 
 class DeviceKind(enum.Enum):

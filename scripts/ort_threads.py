@@ -29,8 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from backends import OrtSettings
-from backends.onnxruntime import usable_cores
+from backends import OrtSettings, usable_cores
 from proto import model_config_pb2 as mc
 from scripts import models
 

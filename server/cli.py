@@ -13,6 +13,7 @@ from pathlib import Path
 
 import uvloop
 
+from backends import usable_cores
 from server.app import App, convoy_version
 from server.contract.errors import ServerError
 from server.contract.logs import LogControl, LogState
@@ -24,7 +25,6 @@ from server.settings import (
     ModelControlMode,
     ServerSettings,
     auto_workers,
-    usable_cores,
 )
 
 _log = logging.getLogger("convoy")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -59,11 +58,6 @@ class ServerSettings:
     log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time
     frontend_workers: int = 0  # front-end worker processes; 0: the front ends run in this one
     worker_arena_bytes: int = DEFAULT_ARENA_BYTES  # each worker's input and output arenas
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0))
 
 
 def auto_workers(cores: int) -> int:

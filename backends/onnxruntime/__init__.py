@@ -9,7 +9,7 @@ from backends.onnxruntime._instance import (
     read_onnx_signature,
 )
 from backends.onnxruntime._placement import Placement, load_instance, plan_placements
-from backends.onnxruntime._settings import OrtSettings, usable_cores
+from backends.onnxruntime._settings import OrtSettings
 
 __all__ = [
     "CudaOrtInstance",
@@ -21,5 +21,4 @@ __all__ = [
     "plan_placements",
     "prepare_inputs",
     "read_onnx_signature",
-    "usable_cores",
 ]

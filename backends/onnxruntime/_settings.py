@@ -4,11 +4,11 @@ count."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import onnxruntime as ort
 
+from backends.device import usable_cores
 from backends.errors import ModelLoadError
 from proto import model_config_pb2 as mc
 
@@ -16,11 +16,6 @@ from proto import model_config_pb2 as mc
 DEFAULT_CPU_COUNT = 2
 _SPINNING = "session.intra_op.allow_spinning"  # ONNX Runtime's session config key, used as is
 _BOOLS = {"1": True, "true": True, "0": False, "false": False}
-
-
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset)."""
-    return len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,7 @@
 import pytest
 from google.protobuf import text_format
 
-from backends import ModelLoadError, OrtSettings
-from backends.onnxruntime import usable_cores
+from backends import ModelLoadError, OrtSettings, usable_cores
 from proto import model_config_pb2 as mc
 
 
