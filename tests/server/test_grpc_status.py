@@ -1,8 +1,18 @@
-"""Every error class of every package maps to a gRPC status code, as Triton's do."""
+"""Every error class of every package maps to a gRPC status code, as Triton's do: the contract's
+directly, the lower packages' (backends, batching) through the contract error the core turns
+them into, message kept."""
 
 import grpc
 
-from server.contract.errors import ModelNotFoundError, ServerStoppingError
+from backends import ExecutionError
+from batching import QueueFullError
+from server.contract.errors import (
+    InternalError,
+    ModelNotFoundError,
+    ServerStoppingError,
+    UnavailableError,
+)
+from server.core.errors import CONTRACT_ERRORS, LOWER_ERROR_BASES, contract_error
 from server.frontend.grpc import ERROR_BASES, STATUS_CODES, status_for
 
 
@@ -23,3 +33,18 @@ def test_codes_follow_triton() -> None:
     assert status_for(ModelNotFoundError("x")) == grpc.StatusCode.NOT_FOUND
     assert status_for(ServerStoppingError("x")) == grpc.StatusCode.UNAVAILABLE
     assert status_for(RuntimeError("x")) == grpc.StatusCode.INTERNAL
+
+
+def test_every_lower_leaf_error_becomes_a_contract_error() -> None:
+    leaves = {leaf for base in LOWER_ERROR_BASES for leaf in _leaves(base)}
+    assert leaves, "the error trees are empty"
+    assert leaves - set(CONTRACT_ERRORS) == set()
+
+
+def test_a_lower_error_keeps_its_message_and_triton_status() -> None:
+    full = contract_error(QueueFullError("Exceeds maximum queue size"))
+    assert isinstance(full, UnavailableError) and str(full) == "Exceeds maximum queue size"
+    assert status_for(full) == grpc.StatusCode.UNAVAILABLE
+    failed = contract_error(ExecutionError("model 'm' failed"))
+    assert isinstance(failed, InternalError)
+    assert status_for(failed) == grpc.StatusCode.INTERNAL
