@@ -131,8 +131,10 @@ def encode_answer(
     if response is None:
         return (ANSWER, rid, final, "", 0, None)
     outputs = tuple(
-        (output.spec.name, output.spec.datatype.wire, output.spec.dims, output.shape, *placement)
-        for output, placement in zip(response.outputs, placements, strict=True)
+        [
+            (output.spec.name, output.spec.datatype.wire, output.spec.dims, output.shape, *placed)
+            for output, placed in zip(response.outputs, placements, strict=True)
+        ]
     )
     return (ANSWER, rid, final, response.model, response.version, outputs)
 
@@ -253,6 +255,6 @@ def _decode_io(value: tuple[Any, ...]) -> ModelIO:
 
 def placed_array(array: Any) -> np.ndarray | None:
     """`array` as a C-contiguous NumPy array an arena can take, or None (BYTES: inline)."""
-    if not isinstance(array, np.ndarray) or array.dtype == object:
+    if not isinstance(array, np.ndarray) or array.dtype.hasobject:
         return None
-    return np.ascontiguousarray(array)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)

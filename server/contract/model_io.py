@@ -107,8 +107,10 @@ def _check_shape(io: ModelIO, spec: TensorSpec, shape: tuple[int, ...], batch_si
                 f"for model '{io.model}' have batch size {batch_size}"
             )
         batch_size = batch
-    matches = len(dims) == len(spec.dims) and all(
-        want == -1 or want == have for want, have in zip(spec.dims, dims, strict=True)
+    # Equal tuples first: one C comparison decides most requests without the generator.
+    matches = dims == spec.dims or (
+        len(dims) == len(spec.dims)
+        and all(want == -1 or want == have for want, have in zip(spec.dims, dims, strict=True))
     )
     if not matches:
         raise InvalidInputError(
