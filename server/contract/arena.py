@@ -220,10 +220,12 @@ class Arena:
 
     def write_array(self, offset: int, array: npt.NDArray[Any]) -> int:
         """Copy `array`, of any strides, to `offset` in C order; returns its bytes."""
-        if array.flags.c_contiguous:  # one memcpy, without an array made over the target
+        if array.flags.c_contiguous and not array.dtype.hasobject:
+            # One memcpy through the buffer protocol: no array or view made over the target.
             nbytes = array.nbytes
             self._check(offset, nbytes)
-            self._memory[offset : offset + nbytes] = array.reshape(-1).view(np.uint8).data
+            # NumPy's stubs do not declare ndarray a Buffer before Python 3.12.
+            self._mmap[offset : offset + nbytes] = array  # type: ignore[call-overload]
             return nbytes
         target = self.array(offset, array.dtype, array.shape)
         np.copyto(target, array, casting="no")
