@@ -99,13 +99,8 @@ class WorkerLink:
         try:
             response = await self._core.infer(request)
             self.send(link.encode_answer(rid, True, response, self._place(response)))
-        except ServerError as exc:
-            self.send(link.encode_failed(rid, exc))
-        except asyncio.CancelledError:
-            self.send(link.encode_failed(rid, UnavailableError(CANCELLED)))
-        except Exception as exc:
-            _log.exception("request '%s' for model '%s' failed", request.request_id, request.model)
-            self.send(link.encode_failed(rid, InternalError(f"internal error: {exc}")))
+        except BaseException as exc:
+            self._fail(rid, request, exc)
         finally:
             del self._tasks[rid]
 
@@ -120,15 +115,24 @@ class WorkerLink:
                     self.send(link.encode_answer(rid, final, item, placements))
             if not final:
                 self.send((link.DONE, rid))
-        except ServerError as exc:
-            self.send(link.encode_failed(rid, exc))
-        except asyncio.CancelledError:
-            self.send(link.encode_failed(rid, UnavailableError(CANCELLED)))
-        except Exception as exc:
-            _log.exception("stream request '%s' for '%s' failed", request.request_id, request.model)
-            self.send(link.encode_failed(rid, InternalError(f"internal error: {exc}")))
+        except BaseException as exc:
+            self._fail(rid, request, exc)
         finally:
             del self._tasks[rid]
+
+    def _fail(self, rid: int, request: Any, exc: BaseException) -> None:
+        """Request `rid` failed as a whole: its worker gets the error (and frees its inputs).
+        A cancellation is the worker's own (its client left) or the core's shutdown."""
+        if isinstance(exc, ServerError):
+            error: ServerError = exc
+        elif isinstance(exc, asyncio.CancelledError):
+            error = UnavailableError(CANCELLED)
+        elif isinstance(exc, Exception):
+            _log.exception("request '%s' for model '%s' failed", request.request_id, request.model)
+            error = InternalError(f"internal error: {exc}")
+        else:  # KeyboardInterrupt, SystemExit: not the request's to report
+            raise exc
+        self.send(link.encode_failed(rid, error))
 
     def _place(self, response: InferResponse) -> list[link.Placement]:
         """Each output into the worker's output arena (one copy), else inline."""
