@@ -179,7 +179,7 @@ class Arena:
 
     @property
     def fd(self) -> int:
-        """The memfd, to send to another process (`wire.send_with_fds` duplicates it there)."""
+        """The memfd, for another process to inherit (`subprocess` `pass_fds`) and attach."""
         return self._fd
 
     @property

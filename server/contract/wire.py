@@ -1,25 +1,23 @@
 """Descriptor messages between a front-end worker and the core over a Unix stream socket: the
-frame format, the batching asyncio `Channel`, and the handshake that passes arena descriptors.
+frame format and the batching asyncio `Channel` (the arenas' descriptors are passed when the core
+starts the worker, as inherited file descriptors).
 
 A frame is a 4-byte little-endian body length and the body, `marshal` of one message: a tuple of
 plain values (str, int, float, bool, bytes, None, and tuples, lists and dicts of those). marshal
 encodes such tuples as fast as pickle or faster, and cannot name a class or run code on load;
 objects it cannot encode raise ValueError at `send`, but any buffer (a NumPy array, a memoryview)
 is copied in as bytes, so keep tensors out of messages. It is still not meant for hostile input:
-the socket is private to the server's own processes (a socketpair, or a 0600 path in a private
-directory), so every frame read is trusted. Tensors never travel here, only their offsets in an
+the socket is private to the server's own processes (a socketpair made by the core), so every
+frame read is trusted. Tensors never travel here, only their offsets in an
 arena (`server.contract.arena`), or as bytes inline in the rare case an arena is full.
 """
 
 from __future__ import annotations
 
-import array
 import asyncio
 import marshal
-import os
-import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 Message = tuple[Any, ...]  # plain values only, see the module docstring
@@ -28,7 +26,6 @@ DEFAULT_MAX_FRAME_BYTES = 1 << 30  # a body above this is refused; the header al
 
 _HEADER = struct.Struct("<I")
 _HEADER_BYTES = _HEADER.size
-_INT_BYTES = array.array("i").itemsize  # a descriptor in SCM_RIGHTS data
 # Version 2 has no back-references: each message a little longer, but dumps and loads do not
 # track every object they meet (about 0.2 us less each on a request's descriptor).
 _MARSHAL_VERSION = 2
@@ -50,9 +47,8 @@ class Channel(asyncio.Protocol):
     order; `on_lost` gets the reason the connection ended (None for the peer closing cleanly).
 
     Use it from the event loop's thread only. An exception raised by `on_message` ends the
-    connection, and `on_lost` receives it. `send` never waits: a producer that can outrun its
-    peer awaits `drain()`, which returns once the transport's buffer is back under its
-    high-water mark.
+    connection, and `on_lost` receives it. `send` never waits: what one side sends is bounded
+    by the requests in flight (a worker's requests, the core's answers to them).
     """
 
     def __init__(
@@ -68,11 +64,8 @@ class Channel(asyncio.Protocol):
         self._on_lost = on_lost
         self._max_frame_bytes = max_frame_bytes
         self._transport: asyncio.Transport | None = None
-        self._lost = False
         self._pending: list[bytes] = []  # frames sent since the last flush
         self._flush_scheduled = False
-        self._paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
         self._buffer = bytearray()  # the start of a frame not yet complete
         self._needed_bytes = _HEADER_BYTES  # parse again once the buffer holds this many
 
@@ -91,17 +84,6 @@ class Channel(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
-
-    async def drain(self) -> None:
-        """Write what is queued, then wait while the transport is paused (peer not reading)."""
-        self._flush()
-        if self._lost:
-            raise ConnectionError("channel connection lost")
-        if not self._paused:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._drain_waiters.append(waiter)
-        await waiter
 
     def close(self) -> None:
         """Write what is queued and close; `on_lost(None)` follows."""
@@ -151,78 +133,11 @@ class Channel(asyncio.Protocol):
         self._needed_bytes = _HEADER_BYTES
         return position
 
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._wake_drainers(None)
-
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
         self._transport = None
         self._pending.clear()
         if exc is None and self._buffer:
             exc = ConnectionError(
                 f"peer closed in the middle of a frame ({len(self._buffer)} bytes)"
             )
-        self._wake_drainers(ConnectionError("channel connection lost"))
         self._on_lost(exc)
-
-    def _wake_drainers(self, exc: Exception | None) -> None:
-        for waiter in self._drain_waiters:
-            if not waiter.done():
-                if exc is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(exc)
-        self._drain_waiters.clear()
-
-
-def send_with_fds(sock: socket.socket, message: Message, fds: Sequence[int] = ()) -> None:
-    """Send one frame with `fds` attached, on a connected blocking Unix socket (a handshake,
-    before asyncio takes the socket). The receiver gets duplicates; `fds` stay open here."""
-    frame = encode(message)
-    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-    sent = sock.sendmsg([frame], rights if fds else [])
-    sock.sendall(memoryview(frame)[sent:])
-
-
-def recv_with_fds(
-    sock: socket.socket, max_fds: int, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-) -> tuple[Message, list[int]]:
-    """Receive one frame sent by `send_with_fds` and the descriptors attached to it, which the
-    caller owns (close-on-exec). Reads exactly one frame, so the socket can go on to a Channel."""
-    # CMSG_LEN, not CMSG_SPACE: its padding could hold one descriptor more than asked for.
-    header, ancillary, flags, _ = sock.recvmsg(
-        _HEADER_BYTES, socket.CMSG_LEN(max_fds * _INT_BYTES), socket.MSG_CMSG_CLOEXEC
-    )
-    fds = array.array("i")
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % _INT_BYTES])
-    try:
-        if flags & socket.MSG_CTRUNC or len(fds) > max_fds:
-            raise ConnectionError(f"peer sent more than {max_fds} descriptors")
-        header += _recv_exactly(sock, _HEADER_BYTES - len(header))
-        (size,) = _HEADER.unpack(header)
-        if size > max_frame_bytes:
-            raise ConnectionError(f"peer sent a frame of {size} bytes, over {max_frame_bytes}")
-        message = marshal.loads(_recv_exactly(sock, size))
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return message, fds.tolist()
-
-
-def _recv_exactly(sock: socket.socket, nbytes: int) -> bytearray:
-    received = bytearray(nbytes)
-    with memoryview(received) as view:
-        position = 0
-        while position < nbytes:
-            count = sock.recv_into(view[position:])
-            if count == 0:
-                raise ConnectionError(f"peer closed with {nbytes - position} bytes of a frame due")
-            position += count
-    return received

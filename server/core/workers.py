@@ -207,10 +207,6 @@ class WorkerPool:
         for worker_link in self._links.values():
             worker_link.close()
 
-    @property
-    def pids(self) -> list[int]:
-        return [process.pid for process in self._processes.values()]
-
     def _broadcast(self, message: Message) -> None:
         for worker_link in self._links.values():
             worker_link.send(message)

@@ -35,10 +35,6 @@ class FrontEnd:
         self._server: grpc.aio.Server | None = None
         self._health: health_aio.HealthServicer | None = None
 
-    @property
-    def serves_http(self) -> bool:
-        return self._http is not None
-
     async def start(self) -> None:
         settings = self._settings
         self._health = health_aio.HealthServicer()
