@@ -20,9 +20,9 @@ from google.protobuf.message import Message as ProtoMessage
 
 from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
-from server.contract.arena import Arena
+from server.contract.arena import Allocator, Arena
 from server.contract.core import StreamItem
-from server.contract.datatypes import BY_WIRE, decode_raw
+from server.contract.datatypes import BY_WIRE, DataType, decode_raw, encode_raw
 from server.contract.errors import InternalError, ServerError
 from server.contract.model_io import ModelIO, TensorSpec
 from server.contract.requests import InferInput, InferOptions, InferRequest
@@ -60,14 +60,17 @@ def _error_classes(base: type[ServerError]) -> dict[str, type[ServerError]]:
     return found
 
 
+# Every contract error by name (they are all defined in server.contract.errors).
+_ERRORS = _error_classes(ServerError)
+
+
 def error_message(error: ServerError) -> tuple[str, str]:
     return type(error).__name__, str(error)
 
 
 def error_of(name: str, message: str) -> ServerError:
     """The contract error a peer named (an unknown name: internal)."""
-    cls = _error_classes(ServerError).get(name, InternalError)
-    return cls(message)
+    return _ERRORS.get(name, InternalError)(message)
 
 
 def encode_infer(
@@ -144,19 +147,21 @@ def decode_answer(message: Message, outputs: Arena, release: Released) -> InferR
     _, _, _, model, version, tensors = message
     if tensors is None:
         return None
-    decoded = []
-    for name, wire, dims, shape, kind, *where in tensors:
-        datatype = BY_WIRE[wire]
-        spec = TensorSpec(name, datatype, dims, False)
-        if kind == ARENA:
-            array = outputs.array(where[0], datatype.numpy, shape).copy()
-            release(where[0])
-        elif kind == INLINE:
-            array = decode_raw(name, datatype, shape, where[0])
-        else:
-            array = None
-        decoded.append(InferOutput(spec, shape, array))
-    return InferResponse(model, version, decoded)
+    return InferResponse(model, version, [_decode_output(t, outputs, release) for t in tensors])
+
+
+def _decode_output(tensor: tuple[Any, ...], outputs: Arena, release: Released) -> InferOutput:
+    # (name, wire, dims, shape, kind, where, ...): as `_decode_input`, the first value says where.
+    name, wire, dims, shape, kind, where = tensor[:6]
+    datatype = BY_WIRE[wire]
+    spec = TensorSpec(name, datatype, dims, False)
+    if kind == ARENA:
+        array = outputs.array(where, datatype.numpy, shape).copy()
+        release(where)
+        return InferOutput(spec, shape, array)
+    if kind == INLINE:
+        return InferOutput(spec, shape, decode_raw(name, datatype, shape, where))
+    return InferOutput(spec, shape, None)
 
 
 def encode_failed(
@@ -253,8 +258,13 @@ def _decode_io(value: tuple[Any, ...]) -> ModelIO:
     return ModelIO(model, max_batch_size, specs(inputs), specs(outputs))
 
 
-def placed_array(array: Any) -> np.ndarray | None:
-    """`array` as a C-contiguous NumPy array an arena can take, or None (BYTES: inline)."""
-    if not isinstance(array, np.ndarray) or array.dtype.hasobject:
-        return None
-    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+def place(array: Any, datatype: DataType, arena: Arena, allocator: Allocator) -> Placement:
+    """Where one tensor's bytes go, for the side that writes `arena` (and so allocates in it):
+    into the arena, one copy, where there is room; else inline (BYTES tensors always)."""
+    if isinstance(array, np.ndarray) and not array.dtype.hasobject:
+        contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+        offset = allocator.allocate(contiguous.nbytes)
+        if offset is not None:
+            arena.write_array(offset, contiguous)
+            return (ARENA, offset, contiguous.nbytes)
+    return (INLINE, encode_raw(datatype, array))

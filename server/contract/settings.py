@@ -3,6 +3,7 @@ traced (Triton's --trace-config), with the headers that carry a trace context.""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,47 +105,12 @@ class FrontEndSettings:
 
     def plain(self) -> dict[str, Any]:
         """The settings as plain values (for a worker process's channel)."""
-        return {
-            **{key: getattr(self, key) for key in _PLAIN_FIELDS},
-            "restricted": [_plain_rule(rule) for rule in self.restricted],
-            "http_restricted": [_plain_rule(rule) for rule in self.http_restricted],
-            "trace": {
-                "level": self.trace.level,
-                "rate": self.trace.rate,
-                "count": self.trace.count,
-                "endpoint": self.trace.endpoint,
-                "protocol": self.trace.protocol,
-                "resource": dict(self.trace.resource),
-                "bsp": dict(self.trace.bsp),
-            },
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_plain(cls, values: Mapping[str, Any]) -> FrontEndSettings:
-        return cls(
-            **{key: values[key] for key in _PLAIN_FIELDS},
-            restricted=tuple(_rule(rule) for rule in values["restricted"]),
-            http_restricted=tuple(_rule(rule) for rule in values["http_restricted"]),
-            trace=TraceSettings(**values["trace"]),
-        )
-
-
-_PLAIN_FIELDS = (
-    "host",
-    "grpc_port",
-    "http_port",
-    "allow_http",
-    "max_message_bytes",
-    "model_control",
-    "version",
-    "reuse_port",
-)
-
-
-def _plain_rule(rule: RestrictedProtocol) -> tuple[list[str], str, str]:
-    return sorted(rule.groups), rule.header, rule.value
-
-
-def _rule(values: Sequence[Any]) -> RestrictedProtocol:
-    groups, header, value = values
-    return RestrictedProtocol(frozenset(groups), header, value)
+        rules = {
+            key: tuple(RestrictedProtocol(**rule) for rule in values[key])
+            for key in ("restricted", "http_restricted")
+        }
+        return cls(**{**values, **rules, "trace": TraceSettings(**values["trace"])})

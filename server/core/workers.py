@@ -16,7 +16,6 @@ from typing import Any
 
 from server.contract import link
 from server.contract.arena import Allocator, Arena
-from server.contract.datatypes import encode_raw
 from server.contract.errors import InternalError, ServerError, UnavailableError
 from server.contract.responses import InferResponse
 from server.contract.wire import Channel, Message
@@ -135,21 +134,14 @@ class WorkerLink:
         self.send(link.encode_failed(rid, error))
 
     def _place(self, response: InferResponse) -> list[link.Placement]:
-        """Each output into the worker's output arena (one copy), else inline."""
-        placements: list[link.Placement] = []
-        for output in response.outputs:
-            array = output.array
-            if array is None:
-                placements.append((link.SHARED, None))
-                continue
-            contiguous = link.placed_array(array)
-            offset = None if contiguous is None else self._allocator.allocate(contiguous.nbytes)
-            if contiguous is None or offset is None:
-                placements.append((link.INLINE, encode_raw(output.spec.datatype, array)))
-                continue
-            self._outputs.write_array(offset, contiguous)
-            placements.append((link.ARENA, offset, contiguous.nbytes))
-        return placements
+        """Each output into the worker's output arena (freed when the worker says so), else
+        inline; one the core wrote to a shared memory region carries nothing."""
+        return [
+            (link.SHARED, None)
+            if output.array is None
+            else link.place(output.array, output.spec.datatype, self._outputs, self._allocator)
+            for output in response.outputs
+        ]
 
     async def _call(self, cid: int, method: str, args: Any) -> None:
         try:
@@ -174,7 +166,7 @@ class WorkerPool:
         self._options = options
         self._links: dict[int, WorkerLink] = {}
         self._processes: dict[int, asyncio.subprocess.Process] = {}
-        self._watchers: list[asyncio.Task[None]] = []
+        self._watchers: dict[int, asyncio.Task[None]] = {}  # by worker index
         self._serving = False
         self._log_settings = dict(options.log_settings)
         self._stopping = False
@@ -191,7 +183,7 @@ class WorkerPool:
     async def stop(self) -> None:
         """SIGTERM every worker (each drains its calls), then wait; SIGKILL what lingers."""
         self._stopping = True
-        for watcher in self._watchers:
+        for watcher in self._watchers.values():
             watcher.cancel()
         for process in self._processes.values():
             with contextlib.suppress(ProcessLookupError):
@@ -260,8 +252,9 @@ class WorkerPool:
             ports = await worker_link.ready
         except ConnectionError:
             code = await process.wait()
+            worker_link.close()
             raise OSError(f"front-end worker {index} exited with {code} before serving") from None
-        self._watchers.append(loop.create_task(self._watch(index, process, worker_link)))
+        self._watchers[index] = loop.create_task(self._watch(index, process, worker_link))
         _log.info("front-end worker %d (pid %d) serving", index, process.pid)
         return ports
 

@@ -16,10 +16,10 @@ from proto import model_config_pb2 as mc
 from server.contract import link
 from server.contract.arena import Allocator, Arena
 from server.contract.core import CoreInfo, LogValue, StreamItem
-from server.contract.datatypes import BY_WIRE, encode_raw
+from server.contract.datatypes import BY_WIRE
 from server.contract.errors import ServerError, UnavailableError
 from server.contract.model_io import ModelIO
-from server.contract.requests import InferRequest
+from server.contract.requests import InferInput, InferRequest
 from server.contract.responses import InferResponse
 from server.contract.wire import Channel, Message
 
@@ -119,19 +119,16 @@ class CoreClient:
         self.channel.send(link.encode_infer(rid, stream, request, placements))
         return rid
 
-    def _place(self, tensor: Any, pending: _Pending) -> link.Placement:
-        """Where one input's bytes go: the input arena (one copy), else inline."""
+    def _place(self, tensor: InferInput, pending: _Pending) -> link.Placement:
+        """Where one input's bytes go: its shared memory region, or the input arena (freed when
+        the request's final answer comes), else inline."""
         if tensor.location is not None:
             return (link.SHARED, tensor.location)
-        array = link.placed_array(tensor.array)
-        if array is None:
-            return (link.INLINE, encode_raw(BY_WIRE[tensor.datatype], tensor.array))
-        offset = self._allocator.allocate(array.nbytes)
-        if offset is None:  # the arena is full: this request's bytes travel in its message
-            return (link.INLINE, array.tobytes())
-        self._inputs.write_array(offset, array)
-        pending.inputs.append(offset)
-        return (link.ARENA, offset, array.nbytes)
+        datatype = BY_WIRE[tensor.datatype]
+        placement = link.place(tensor.array, datatype, self._inputs, self._allocator)
+        if placement[0] == link.ARENA:
+            pending.inputs.append(placement[1])
+        return placement
 
     def _release_output(self, offset: int) -> None:
         """Give an output block back; one message carries a loop iteration's releases."""

@@ -64,7 +64,8 @@ async def _serve(args: argparse.Namespace) -> int:
     await loop.create_unix_connection(lambda: client.channel, sock=channel)
     welcome = await client.welcome()
     settings = FrontEndSettings.from_plain(welcome[1])
-    logs = LogControl(LogState(**{k: v for k, v in welcome[5].items() if k in LogState.__slots__}))
+    logs = LogControl(LogState())
+    logs.update(welcome[5])  # the core's settings, as a LOGS message carries them
     client.on_logs = logs.update
     front_end = FrontEnd(client, settings)
     await front_end.start()
