@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import logging
 import socket
-from dataclasses import replace
+from dataclasses import asdict, replace
 from importlib import metadata
 
 from backends import cuda_available
 from server.contract.errors import ModelLoadFailedError, ServerError
-from server.contract.logs import LogControl, LogState
+from server.contract.logs import LogControl
 from server.contract.settings import FrontEndSettings
 from server.core.engine import Engine
 from server.core.local import LocalCore
@@ -129,7 +129,7 @@ class App:
                 count=settings.frontend_workers,
                 arena_bytes=settings.worker_arena_bytes,
                 settings=front.plain(),
-                log_settings={key: getattr(state, key) for key in LogState.__slots__},
+                log_settings=asdict(state),
                 stop_timeout_s=settings.exit_timeout_s,
             ),
         )
