@@ -149,6 +149,8 @@ class App:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
+        if self._workers is not None:
+            await self._workers.stop_accepting(timeout_s)
         self.engine.stop_accepting()
         await self._set_health()
         if not await self.engine.wait_idle(timeout_s):

@@ -1,5 +1,7 @@
 """Errors raised by the server's domain code; each front end maps each to its status code."""
 
+SERVER_STOPPING = "Server is stopping and accepts no new requests"  # its message, Triton's words
+
 
 class ServerError(Exception):
     """Base of every server error."""

@@ -36,6 +36,7 @@ CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
 READY = "ready"  # (READY, grpc_port, http_port): the worker serves
+STOPPED = "stopped"  # (STOPPED,): the worker sends no request after this one
 # Core -> worker.
 WELCOME = "welcome"  # (WELCOME, front-end settings, tracing, cuda_shm, serving, log settings)
 ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None): None, a final flag alone
@@ -46,6 +47,7 @@ RESULT = "result"  # (RESULT, cid, value)
 REFUSED = "refused"  # (REFUSED, cid, error class, message)
 HEALTH = "health"  # (HEALTH, serving)
 LOGS = "logs"  # (LOGS, settings): log settings changed through some worker
+STOPPING = "stopping"  # (STOPPING,): the server stops; refuse new requests, answer STOPPED
 
 ARENA, INLINE, SHARED = 0, 1, 2  # where a tensor's bytes are
 

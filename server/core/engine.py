@@ -11,6 +11,7 @@ from typing import Any
 from backends import BackendError
 from batching import InFlight, RequestResult
 from server.contract.errors import (
+    SERVER_STOPPING,
     ModelLoadFailedError,
     ModelNotReadyError,
     ServerStoppingError,
@@ -76,7 +77,7 @@ class Engine:
     async def _infer(self, request: InferRequest, target: ModelVersion | None) -> InferResponse:
         # `target`: the version, when the caller has looked it up already (None: look it up).
         if self._stopping:
-            raise ServerStoppingError("Server is stopping and accepts no new requests")
+            raise ServerStoppingError(SERVER_STOPPING)
         traced = self._tracer is not None and self._tracer.wants(request.carrier)
         if not traced and not _log.isEnabledFor(logging.DEBUG):
             target, result = await self._run(request, target)
@@ -158,7 +159,7 @@ class Engine:
         """Serve one request of a stream: each response (None: a final flag alone) with whether
         it is the last; a decoupled model may send any number, any other model exactly one."""
         if self._stopping:
-            raise ServerStoppingError("Server is stopping and accepts no new requests")
+            raise ServerStoppingError(SERVER_STOPPING)
         target = await self._target(request.model, request.version)
         if target.router is None:
             yield await self._infer(request, target), True

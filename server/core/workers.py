@@ -55,6 +55,7 @@ class WorkerLink:
         self._on_logs = on_logs
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.ready: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.channel = Channel(self._on_message, self._on_lost)
 
@@ -85,6 +86,8 @@ class WorkerLink:
             asyncio.get_running_loop().create_task(self._call(*message[1:]))
         elif kind == link.READY and not self.ready.done():
             self.ready.set_result((message[1], message[2]))
+        elif kind == link.STOPPED and not self.stopped.done():
+            self.stopped.set_result(None)
 
     def _on_lost(self, exc: Exception | None) -> None:
         if exc is not None:
@@ -175,6 +178,20 @@ class WorkerPool:
         """Start every worker; returns the (gRPC, HTTP) ports they serve, once all serve."""
         ports = await asyncio.gather(*(self._spawn(index) for index in range(self._options.count)))
         return ports[0]
+
+    async def stop_accepting(self, timeout_s: float) -> None:
+        """Every worker refuses new requests; returns once each has said so (bounded), so that
+        the requests they took before are in the core's hands, to be served, not refused."""
+        self._broadcast((link.STOPPING,))
+        waits = [
+            asyncio.wait(
+                {worker_link.stopped, worker_link.lost},
+                timeout=timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            for worker_link in self._links.values()
+        ]
+        await asyncio.gather(*waits)
 
     def set_health(self, serving: bool) -> None:
         self._serving = serving

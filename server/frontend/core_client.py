@@ -17,7 +17,12 @@ from server.contract import link
 from server.contract.arena import Allocator, Arena
 from server.contract.core import CoreInfo, LogValue, StreamItem
 from server.contract.datatypes import BY_WIRE
-from server.contract.errors import ServerError, UnavailableError
+from server.contract.errors import (
+    SERVER_STOPPING,
+    ServerError,
+    ServerStoppingError,
+    UnavailableError,
+)
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferInput, InferRequest
 from server.contract.responses import InferResponse
@@ -49,6 +54,7 @@ class CoreClient:
         self._pending: dict[int, _Pending] = {}
         self._calls: dict[int, asyncio.Future[Message]] = {}
         self._released: list[int] = []  # output blocks to give back with the next message
+        self._stopping = False  # the server stops: requests not sent yet are refused here
         self._welcome: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.info = CoreInfo(tracing=False, cuda_shared_memory=False)
@@ -112,6 +118,8 @@ class CoreClient:
     ) -> int:
         if self.lost.done():
             raise UnavailableError(CORE_GONE)
+        if self._stopping:
+            raise ServerStoppingError(SERVER_STOPPING)
         rid = next(self._ids)
         pending = _Pending(answers)
         placements = [self._place(tensor, pending) for tensor in request.inputs]
@@ -251,6 +259,10 @@ class CoreClient:
             self.on_health(message[1])
         elif kind == link.LOGS:
             self.on_logs(message[1])
+        elif kind == link.STOPPING:
+            # Every request sent before this answer reaches the core ahead of it, and is served.
+            self._stopping = True
+            self.channel.send((link.STOPPED,))
         elif kind == link.WELCOME:
             self._welcome.set_result(message)
 
