@@ -25,13 +25,13 @@ from server.contract.core import StreamItem
 from server.contract.datatypes import BY_WIRE, DataType, decode_raw, encode_raw
 from server.contract.errors import InternalError, ServerError
 from server.contract.model_io import ModelIO, TensorSpec
-from server.contract.requests import InferInput, InferOptions, InferRequest
+from server.contract.requests import InferInput, InferOptions, InferRequest, SequenceFlags
 from server.contract.responses import InferOutput, InferResponse
 from server.contract.wire import Message
 
 # Worker -> core.
 INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,
-#                   parameters, carrier, output_locations, inputs)
+#                   parameters, sequence, carrier, output_locations, classification, inputs)
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -91,8 +91,12 @@ def encode_infer(
         options.priority,
         options.timeout_us,
         dict(options.parameters),
+        None
+        if (sequence := options.sequence) is None
+        else (sequence.id, sequence.start, sequence.end),
         None if request.carrier is None else dict(request.carrier),
         dict(request.output_locations),
+        dict(request.classification),
         tuple(
             (tensor.name, tensor.datatype, tensor.shape, *placement)
             for tensor, placement in zip(request.inputs, placements, strict=True)
@@ -103,15 +107,20 @@ def encode_infer(
 def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferRequest]:
     """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
     (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
-    parameters, carrier, locations, tensors = message[9:]
+    parameters, sequence, carrier, locations, classification, tensors = message[9:]
     options = (
-        InferOptions(priority, timeout_us, parameters)
-        if priority or timeout_us or parameters
+        InferOptions(
+            priority,
+            timeout_us,
+            parameters,
+            sequence=None if sequence is None else SequenceFlags(*sequence),
+        )
+        if priority or timeout_us or parameters or sequence
         else _NO_OPTIONS
     )
     decoded = [_decode_input(tensor, inputs) for tensor in tensors]
     request = InferRequest(
-        model, version, decoded, outputs, options, request_id, carrier, locations
+        model, version, decoded, outputs, options, request_id, carrier, locations, classification
     )
     return rid, stream, request
 

@@ -12,18 +12,31 @@ from server.contract.errors import InvalidInputError
 ParameterValue = bool | int | float | str  # one request parameter's value
 Location = tuple[str, int, int]  # (region name, offset in bytes, byte size) of one tensor
 Parameters = Mapping[str, ParameterValue]  # the parameters a model receives
+SequenceId = int | str  # a sequence's correlation id (Triton's `sequence_id`); never 0 or ""
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceFlags:
+    """A request's place in a sequence: Triton's `sequence_id`, `sequence_start` and
+    `sequence_end` request parameters."""
+
+    id: SequenceId
+    start: bool = False
+    end: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class InferOptions:
-    """A request's parameters: the two the scheduler reads (Triton's reserved `priority` and
-    `timeout`) and the others, which go to the model (a Python model's `request.parameters()`);
-    for a request built in the server, whether its outputs may stay in device memory."""
+    """A request's parameters: those the scheduler reads (Triton's reserved `priority`,
+    `timeout` and sequence parameters) and the others, which go to the model (a Python
+    model's `request.parameters()`); for a request built in the server, whether its outputs
+    may stay in device memory."""
 
     priority: int = 0  # 0: the model's default priority level; 1 is the highest
     timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
     parameters: Parameters = field(default_factory=dict)
     device_outputs: bool = False  # an ensemble step whose consumers all compute on a device
+    sequence: SequenceFlags | None = None  # None: the request names no sequence
 
 
 # Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.
@@ -69,6 +82,8 @@ class InferRequest:
     carrier: Mapping[str, str] | None = None  # trace headers, when tracing is on
     # Outputs the core writes into a registered shared memory region instead of answering them.
     output_locations: Mapping[str, Location] = field(default_factory=dict)
+    # Outputs asked for as their top classes (the classification extension): name -> count.
+    classification: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

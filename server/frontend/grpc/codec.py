@@ -9,8 +9,14 @@ import numpy.typing as npt
 
 from proto import grpc_service_pb2 as pb
 from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
-from server.contract.errors import InvalidInputError, UnsupportedError
-from server.contract.requests import InferInput, InferOptions, Location, model_parameters
+from server.contract.errors import InvalidInputError
+from server.contract.requests import (
+    InferInput,
+    InferOptions,
+    Location,
+    SequenceFlags,
+    model_parameters,
+)
 from server.contract.responses import InferResponse
 
 _NO_OPTIONS = InferOptions()
@@ -123,14 +129,26 @@ def output_locations(request: pb.ModelInferRequest) -> dict[str, Location]:
 
 def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
     """Names of the outputs asked for; empty means every output of the model."""
-    if not request.outputs:
-        return []
-    for output in request.outputs:
-        if "classification" in output.parameters:
-            raise UnsupportedError(
-                f"output '{output.name}': the classification extension is not supported yet"
-            )
     return [output.name for output in request.outputs]
+
+
+def classification(request: pb.ModelInferRequest) -> dict[str, int]:
+    """Outputs asked for as their top classes (the `classification` output parameter), with
+    how many classes each."""
+    found = {}
+    for output in request.outputs:
+        if "classification" not in output.parameters:
+            continue
+        parameter = output.parameters["classification"]
+        choice = parameter.WhichOneof("parameter_choice")
+        count = getattr(parameter, choice) if choice in ("int64_param", "uint64_param") else 0
+        if count <= 0:
+            raise InvalidInputError(
+                f"output '{output.name}': 'classification' must be a positive integer (the "
+                "number of classes to return)"
+            )
+        found[output.name] = int(count)
+    return found
 
 
 def infer_options(request: pb.ModelInferRequest) -> InferOptions:
@@ -145,7 +163,41 @@ def infer_options(request: pb.ModelInferRequest) -> InferOptions:
             (key, getattr(value, value.WhichOneof("parameter_choice") or "string_param"))
             for key, value in request.parameters.items()
         ),
+        sequence=_sequence(request),
     )
+
+
+def _sequence(request: pb.ModelInferRequest) -> SequenceFlags | None:
+    """The request's sequence parameters (None: no sequence id, or 0 or "")."""
+    parameters = request.parameters
+    if "sequence_id" not in parameters:
+        return None
+    parameter = parameters["sequence_id"]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice not in ("int64_param", "uint64_param", "string_param"):
+        raise InvalidInputError(
+            "invalid value type for 'sequence_id' parameter, expected int64_param, "
+            "uint64_param or string_param"
+        )
+    sequence_id = getattr(parameter, choice)
+    if choice == "int64_param" and sequence_id < 0:
+        raise InvalidInputError(f"'sequence_id' must be >= 0, got {sequence_id}")
+    if not sequence_id:
+        return None
+    return SequenceFlags(
+        sequence_id,
+        _bool_parameter(request, "sequence_start"),
+        _bool_parameter(request, "sequence_end"),
+    )
+
+
+def _bool_parameter(request: pb.ModelInferRequest, key: str) -> bool:
+    if key not in request.parameters:
+        return False
+    parameter = request.parameters[key]
+    if parameter.WhichOneof("parameter_choice") != "bool_param":
+        raise InvalidInputError(f"invalid value type for '{key}' parameter, expected bool_param")
+    return bool(parameter.bool_param)
 
 
 def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:

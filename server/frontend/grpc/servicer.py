@@ -24,6 +24,7 @@ from server.contract.requests import InferRequest
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.grpc.codec import (
+    classification,
     decode_inputs,
     encode_response,
     infer_options,
@@ -207,6 +208,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             request.id,
             _trace_headers(context) if self._core.info.tracing else None,
             output_locations(request),
+            classification(request),
         )
 
     async def _stream_one(

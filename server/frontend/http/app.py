@@ -23,6 +23,7 @@ from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.http.admin import AdminRoutes, load_request
 from server.frontend.http.codec import (
     HEADER_LENGTH,
+    classification,
     decode_inputs,
     encode_response,
     infer_options,
@@ -230,6 +231,7 @@ class HttpFrontEnd:
                 request_id,
                 trace_carrier(request.headers) if self._core.info.tracing else None,
                 output_locations(body),
+                classification(body),
             )
         )
         data, header_length = encode_response(response, request_id, binary_outputs)

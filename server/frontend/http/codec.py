@@ -12,8 +12,14 @@ import numpy as np
 import numpy.typing as npt
 
 from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
-from server.contract.errors import InvalidInputError, UnsupportedError
-from server.contract.requests import InferInput, InferOptions, Location, model_parameters
+from server.contract.errors import InvalidInputError
+from server.contract.requests import (
+    InferInput,
+    InferOptions,
+    Location,
+    SequenceFlags,
+    model_parameters,
+)
 from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS
 
@@ -70,8 +76,6 @@ def parameters_of(holder: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     parameters = holder.get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidInputError(f"{where}: 'parameters' must be a JSON object")
-    if "classification" in parameters:
-        raise UnsupportedError(f"{where}: the classification extension is not supported yet")
     return parameters
 
 
@@ -205,6 +209,25 @@ def requested_outputs(request: JsonObject) -> tuple[list[str], frozenset[str] | 
     return names, frozenset(binary)
 
 
+def classification(request: JsonObject) -> dict[str, int]:
+    """Outputs asked for as their top classes (`"parameters": {"classification": k}`), with
+    how many classes each."""
+    found = {}
+    for output in request.get("outputs", []):
+        name = output["name"]  # requested_outputs checked the list's shape
+        parameters = parameters_of(output, f"output '{name}'")
+        if "classification" not in parameters:
+            continue
+        count = parameters["classification"]
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            raise InvalidInputError(
+                f"output '{name}': 'classification' must be a positive integer (the number of "
+                f"classes to return), got {count!r:.80}"
+            )
+        found[name] = count
+    return found
+
+
 def output_locations(request: JsonObject) -> dict[str, Location]:
     """Requested outputs to be written to shared memory, by name (Triton refuses an output
     that asks for both shared memory and binary data)."""
@@ -246,7 +269,31 @@ def infer_options(request: JsonObject) -> InferOptions:
         priority=values.get("priority", 0),
         timeout_us=values.get("timeout", 0),
         parameters=model_parameters(parameters.items()),
+        sequence=_sequence(parameters),
     )
+
+
+def _sequence(parameters: Mapping[str, Any]) -> SequenceFlags | None:
+    """The request's sequence parameters (None: no sequence id, or 0 or "")."""
+    sequence_id = parameters.get("sequence_id", 0)
+    if isinstance(sequence_id, bool) or not isinstance(sequence_id, int | str):
+        raise InvalidInputError(
+            f"request parameter 'sequence_id' must be an integer or a string, got "
+            f"{sequence_id!r:.80}"
+        )
+    if isinstance(sequence_id, int) and sequence_id < 0:
+        raise InvalidInputError(f"request parameter 'sequence_id' must be >= 0, got {sequence_id}")
+    if not sequence_id:
+        return None
+    flags = []
+    for key in ("sequence_start", "sequence_end"):
+        value = parameters.get(key, False)
+        if not isinstance(value, bool):
+            raise InvalidInputError(
+                f"request parameter '{key}' must be a boolean, got {value!r:.80}"
+            )
+        flags.append(value)
+    return SequenceFlags(sequence_id, *flags)
 
 
 def encode_response(
