@@ -8,6 +8,7 @@ import logging
 import socket
 from dataclasses import asdict, replace
 from importlib import metadata
+from pathlib import Path
 
 from backends import cuda_available
 from server.contract.errors import ModelLoadFailedError, ServerError
@@ -46,7 +47,7 @@ class App:
             else MemoryBudget(settings.memory_budget_bytes, settings.evict_lru)
         )
         self.repository = Repository(
-            settings.model_repositories,
+            tuple(Path(root) for root in settings.model_repositories),
             settings.model_load_threads,
             budget,
             completion=settings.auto_complete,

@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import uvloop
 
@@ -92,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve a model repository")
     serve.add_argument(
         "--model-repository",
-        type=Path,
         required=True,
         action="append",
-        metavar="DIR",
-        help="a model repository; repeat for several (model names must be unique across them)",
+        metavar="DIR|URL",
+        help="a model repository: a directory, or s3://, gs:// or as:// (cloud storage); repeat "
+        "for several (model names must be unique across them)",
     )
     serve.add_argument(
         "--model-control-mode",

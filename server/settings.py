@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from server.contract.logs import LogState
 from server.contract.settings import RestrictedProtocol, TraceSettings
@@ -29,7 +28,7 @@ class ModelControlMode(Enum):
 class ServerSettings:
     """How one Convoy process serves; ports of 0 pick a free port."""
 
-    model_repositories: tuple[Path, ...]
+    model_repositories: tuple[str, ...]  # local directories, or s3:// gs:// as:// locations
     host: str = "127.0.0.1"
     grpc_port: int = 8001
     http_port: int = 8000
