@@ -11,6 +11,7 @@ from batching.errors import (
     PolicyError,
     QueueFullError,
     RequestTimeoutError,
+    SequenceError,
 )
 from batching.inflight import InFlight
 from batching.messages import (
@@ -20,6 +21,7 @@ from batching.messages import (
     Outcome,
     Parameters,
     RequestResult,
+    SequenceStep,
     TensorMap,
 )
 from batching.policy import (
@@ -31,6 +33,16 @@ from batching.policy import (
     next_batch,
 )
 from batching.queue import Queued, RequestQueue
+from batching.sequence import (
+    Control,
+    ControlKind,
+    ImplicitState,
+    Selection,
+    SequenceBatcher,
+    SequencePolicy,
+    Strategy,
+    ready_batch,
+)
 
 __all__ = [
     "NO_PARAMETERS",
@@ -39,10 +51,13 @@ __all__ = [
     "BatcherClosedError",
     "BatchingError",
     "Candidate",
+    "Control",
+    "ControlKind",
     "Decision",
     "ExecutionRecord",
     "Executor",
     "ExecutorContractError",
+    "ImplicitState",
     "InFlight",
     "Outcome",
     "Parameters",
@@ -53,7 +68,14 @@ __all__ = [
     "RequestQueue",
     "RequestResult",
     "RequestTimeoutError",
+    "Selection",
+    "SequenceBatcher",
+    "SequenceError",
+    "SequencePolicy",
+    "SequenceStep",
+    "Strategy",
     "TensorMap",
     "TimeoutAction",
     "next_batch",
+    "ready_batch",
 ]

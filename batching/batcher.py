@@ -22,6 +22,7 @@ from batching.messages import (
     Executor,
     Parameters,
     RequestResult,
+    SequenceStep,
     TensorMap,
 )
 from batching.policy import BatchPolicy, Candidate, Decision, next_batch
@@ -112,12 +113,14 @@ class Batcher:
         timeout_ns: int = 0,
         parameters: Parameters = NO_PARAMETERS,
         device_outputs: bool = False,
+        sequence: SequenceStep | None = None,
     ) -> RequestResult:
         """Queue one request and wait for its result; cancelling the caller dequeues it.
 
         `priority` and `timeout_ns` are the request's scheduling parameters (0: the model's
         defaults); `parameters` go with it to the executor. `device_outputs`: the caller reads
         the outputs on a device; a batch gets device outputs when all its requests want them.
+        `sequence` is ignored, as Triton's dynamic batcher ignores correlation ids.
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")

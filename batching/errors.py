@@ -23,3 +23,7 @@ class RequestTimeoutError(BatchingError):
 
 class ExecutorContractError(BatchingError):
     """An executor answered a batch with a different number of responses than requests."""
+
+
+class SequenceError(BatchingError):
+    """A request does not fit its sequence: no correlation id, no START, a batch of several."""

@@ -51,6 +51,15 @@ class Executor(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class SequenceStep:
+    """A request's place in its sequence, for a sequence batcher (the others ignore it)."""
+
+    correlation_id: int | str  # 0 or "": the request names no sequence
+    start: bool = False
+    end: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RequestResult:
     """One request's outputs and the time it spent in each stage."""
 

@@ -1,5 +1,6 @@
 """Write the example model repository: simple, simple_int32, mlp, resnet18, identity_bytes, and
-the seed's pipeline: preprocess (Python backend) -> resnet18 -> label_head, served as `classify`.
+the seed's pipeline: preprocess (Python backend) -> resnet18 -> label_head, served as `classify`,
+and two stateful (sequence) models: accumulate (ONNX, implicit state) and accumulate_python.
 
 Usage: python scripts/gen_models.py [OUT_DIR] [--skip-existing]   (OUT_DIR defaults to `models`)
 """
@@ -122,6 +123,88 @@ dynamic_batching { }
     return models.write_python_model(repo, "preprocess", source, config)
 
 
+def write_accumulate(repo: Path) -> Path:
+    config = """\
+name: "accumulate"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [
+    {
+      input_name: "INPUT_STATE"
+      output_name: "OUTPUT_STATE"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zeros" }
+    }
+  ]
+}
+"""
+    return models.write_model(repo, "accumulate", models.accumulator(), config)
+
+
+ACCUMULATE_PY = '''\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """A running total per sequence, kept by the model itself and keyed by the CORRID control:
+    START resets it to INPUT, every request adds INPUT, END forgets the sequence."""
+
+    def initialize(self, args):
+        self.totals = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            def read(name):
+                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+            value = int(read("INPUT").reshape(-1)[0])
+            corrid = int(read("CORRID").reshape(-1)[0])
+            if read("READY").reshape(-1)[0]:
+                start = bool(read("START").reshape(-1)[0])
+                total = value + (0 if start else self.totals.get(corrid, 0))
+                self.totals[corrid] = total
+                if read("END").reshape(-1)[0]:
+                    del self.totals[corrid]
+            else:
+                total = 0
+            output = pb_utils.Tensor("OUTPUT", np.array([total], dtype=np.int32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+'''
+
+
+def write_accumulate_python(repo: Path) -> Path:
+    config = """\
+name: "accumulate_python"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START bool_false_true: [ false, true ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END bool_false_true: [ false, true ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+}
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""
+    return models.write_python_model(repo, "accumulate_python", ACCUMULATE_PY, config)
+
+
 def write_classify(repo: Path) -> Path:
     config = """\
 name: "classify"
@@ -169,6 +252,8 @@ EXAMPLES: tuple[tuple[str, Callable[[Path], Path]], ...] = (
     ("label_head", write_label_head),
     ("preprocess", write_preprocess),
     ("classify", write_classify),
+    ("accumulate", write_accumulate),
+    ("accumulate_python", write_accumulate_python),
 )
 
 

@@ -132,6 +132,31 @@ def label_head(classes: int = 1000) -> onnx.ModelProto:
     return _model("label_head", nodes, inputs, outputs, [])
 
 
+def accumulator() -> onnx.ModelProto:
+    """Triton's example sequence model with implicit state: INT32 [batch, 1] tensors INPUT, the
+    controls START and READY and the state INPUT_STATE in; OUTPUT and OUTPUT_STATE out, both the
+    running total (INPUT on START, the state plus INPUT after; a not-ready slot keeps its state)."""
+    shape: list[int | str] = [BATCH_DIM, 1]
+    names = ("INPUT", "START", "READY", "INPUT_STATE")
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT32, shape) for name in names]
+    one = numpy_helper.from_array(np.array([[1]], dtype=np.int32), "one")
+    nodes = [
+        helper.make_node("Sub", ["one", "START"], ["keep"]),  # 0 on START: forget the state
+        helper.make_node("Mul", ["INPUT_STATE", "keep"], ["kept"]),
+        helper.make_node("Add", ["kept", "INPUT"], ["total"]),
+        helper.make_node("Mul", ["total", "READY"], ["ready_total"]),
+        helper.make_node("Sub", ["one", "READY"], ["idle"]),
+        helper.make_node("Mul", ["INPUT_STATE", "idle"], ["idle_state"]),
+        helper.make_node("Add", ["ready_total", "idle_state"], ["OUTPUT_STATE"]),
+        helper.make_node("Identity", ["OUTPUT_STATE"], ["OUTPUT"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(name, TensorProto.INT32, shape)
+        for name in ("OUTPUT", "OUTPUT_STATE")
+    ]
+    return _model("accumulator", nodes, inputs, outputs, [one])
+
+
 def write_python_model(repo: Path, name: str, source: str, config_pbtxt: str) -> Path:
     """Write `<repo>/<name>/config.pbtxt` and `<repo>/<name>/1/model.py` (a Python model)."""
     version_dir = repo / name / "1"

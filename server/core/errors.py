@@ -11,6 +11,7 @@ from batching import (
     PolicyError,
     QueueFullError,
     RequestTimeoutError,
+    SequenceError,
 )
 from server.contract.errors import InternalError, InvalidInputError, ServerError, UnavailableError
 
@@ -24,6 +25,7 @@ CONTRACT_ERRORS: dict[type[Exception], type[ServerError]] = {
     RequestTimeoutError: UnavailableError,
     PolicyError: InvalidInputError,
     ExecutorContractError: InternalError,
+    SequenceError: InvalidInputError,
 }
 
 # The bases whose leaves must all appear above.

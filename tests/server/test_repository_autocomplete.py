@@ -125,7 +125,10 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
     ("text", "expected"),
     [
         ('backend: "tensorflow"', "backend 'tensorflow' is not supported"),
-        ("sequence_batching { }", "sequence_batching .* is not supported"),
+        (
+            "sequence_batching { } model_transaction_policy { decoupled: true }",
+            "decoupled model with sequence_batching is not supported",
+        ),
         ('platform: "pytorch_libtorch"', "backend 'pytorch_libtorch' is not supported"),
         (
             'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] '

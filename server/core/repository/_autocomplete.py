@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError
+from server.core.repository._sequence import sequence_tensors
 from server.core.serving.ensemble import is_ensemble
 
 ONNX_PLATFORM = "onnxruntime_onnx"
@@ -93,12 +94,16 @@ def _fill_from_file(
     if not declared and done.max_batch_size == 0 and can_batch:
         done.max_batch_size = default_max_batch_size
     batching = done.max_batch_size > 0
+    # A sequence model's control and state tensors are the server's, not the client's.
+    server_inputs, server_outputs = sequence_tensors(done)
     if not done.input:
         for tensor in signature.inputs:
-            _fill_tensor(done.input.add(), tensor, batching)
+            if tensor.name not in server_inputs:
+                _fill_tensor(done.input.add(), tensor, batching)
     if not done.output:
         for tensor in signature.outputs:
-            _fill_tensor(done.output.add(), tensor, batching)
+            if tensor.name not in server_outputs:
+                _fill_tensor(done.output.add(), tensor, batching)
     if not declared and done.max_batch_size > 1 and done.WhichOneof("scheduling_choice") is None:
         done.dynamic_batching.SetInParent()
 

@@ -28,7 +28,7 @@ from backends import (
     plan_placements,
     prepare_inputs,
 )
-from batching import Batcher, BatchingError, BatchPolicy, Executor
+from batching import Batcher, BatchingError, BatchPolicy, Executor, SequenceBatcher
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError, ServerError
 from server.contract.model_io import ModelIO
@@ -43,6 +43,7 @@ from server.core.repository._autocomplete import (
 from server.core.repository._budget import footprint_bytes
 from server.core.repository._config import read_config
 from server.core.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
+from server.core.repository._sequence import sequence_policy
 from server.core.repository._validate import (
     check_backend,
     check_ensemble,
@@ -181,6 +182,9 @@ async def _new_version(
             effective = _complete(config, instances[0].signature, opening.completion)
             check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
+        sequences = (
+            sequence_policy(effective, path) if effective.HasField("sequence_batching") else None
+        )
         count = len(placements) if placements else _instance_count(effective)
         for index in range(len(instances), count):
             instances.append(await _open_instance(effective, opening, index))
@@ -193,11 +197,12 @@ async def _new_version(
         raise
     stats = ModelStats()
     router = DecoupledRouter() if effective.model_transaction_policy.decoupled else None
-    batcher = Batcher(
-        f"{config.name}:{version}",
-        [_executor(instance, router) for instance in instances],
-        policy,
-        stats.record_execution,
+    executors = [_executor(instance, router) for instance in instances]
+    label = f"{config.name}:{version}"
+    batcher: Batcher | SequenceBatcher = (
+        Batcher(label, executors, policy, stats.record_execution)
+        if sequences is None
+        else SequenceBatcher(label, executors, sequences, stats.record_execution)
     )
     await batcher.start()
     _log.info(
@@ -314,7 +319,7 @@ async def _resize(
 ) -> None:
     """Add or retire instances in place; the version keeps serving throughout."""
     batcher = target.scheduler
-    assert isinstance(batcher, Batcher)  # only versions with instances are resized
+    assert isinstance(batcher, Batcher | SequenceBatcher)  # only versions with instances
     effective = _complete(config, target.instances[0].signature, opening.completion)
     placements = opening.placements
     wanted = len(placements) if placements else _instance_count(effective)

@@ -10,6 +10,7 @@ from proto import model_config_pb2 as mc
 from server.contract.datatypes import wire_name
 from server.contract.errors import ConfigError
 from server.core.repository._autocomplete import ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
+from server.core.repository._sequence import sequence_tensors
 from server.core.serving.ensemble import ENSEMBLE_PLATFORM, is_ensemble
 
 
@@ -24,10 +25,9 @@ def check_backend(config: mc.ModelConfig) -> None:
             f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTHON_BACKEND}", '
             f'platform "{ENSEMBLE_PLATFORM}")'
         )
-    if config.HasField("sequence_batching"):
+    if config.HasField("sequence_batching") and config.model_transaction_policy.decoupled:
         raise ConfigError(
-            f"model '{config.name}': sequence_batching (stateful models, Triton's sequence "
-            "batcher) is not supported; serve the model without it or with dynamic_batching"
+            f"model '{config.name}': a decoupled model with sequence_batching is not supported"
         )
     if config.model_transaction_policy.decoupled and not python:
         raise ConfigError(
@@ -67,10 +67,11 @@ def check_ensemble(config: mc.ModelConfig) -> None:
 
 
 def check_signature(config: mc.ModelConfig, signature: ModelSignature) -> None:
-    """Every declared tensor must exist in the file with the same type and a compatible shape."""
+    """Every declared tensor must exist in the file with the same type and a compatible shape;
+    the file's other inputs must be a sequence model's control and state tensors."""
     _check_side(config, "input", config.input, signature.inputs)
     _check_side(config, "output", config.output, signature.outputs)
-    declared = {tensor.name for tensor in config.input}
+    declared = {tensor.name for tensor in config.input} | sequence_tensors(config)[0]
     for tensor in signature.inputs:
         if tensor.name not in declared:
             raise ConfigError(

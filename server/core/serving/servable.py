@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backends import BackendError, TensorMap
-from batching import Parameters, RequestResult
+from batching import Parameters, RequestResult, SequenceStep
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferOptions
 from server.core.observability.stats import ModelStats
@@ -20,7 +20,8 @@ from server.core.serving.reshape import Reshape
 
 
 class Scheduler(Protocol):
-    """A model version's scheduler: the dynamic batcher, or an ensemble's step scheduler."""
+    """A model version's scheduler: the dynamic batcher, the sequence batcher of a stateful
+    model, or an ensemble's step scheduler."""
 
     @property
     def in_flight(self) -> int:
@@ -40,6 +41,7 @@ class Scheduler(Protocol):
         timeout_ns: int = 0,
         parameters: Parameters = ...,
         device_outputs: bool = False,
+        sequence: SequenceStep | None = None,
     ) -> RequestResult: ...
 
     async def stop(self, timeout_s: float) -> None:

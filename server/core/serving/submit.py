@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import astuple, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from backends import BackendError, ModelCaller, on_host
-from batching import QueueFullError, RequestResult, RequestTimeoutError
+from batching import QueueFullError, RequestResult, RequestTimeoutError, SequenceStep
 from server.contract.datatypes import wire_of
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, model_parameters
@@ -40,6 +40,7 @@ async def submit(
             options.timeout_us * 1000,
             options.parameters,
             options.device_outputs,
+            None if (flags := options.sequence) is None else SequenceStep(*astuple(flags)),
         )
     except (QueueFullError, RequestTimeoutError):
         target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")

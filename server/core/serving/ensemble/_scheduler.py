@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 import numpy.typing as npt
@@ -18,9 +18,10 @@ from batching import (
     InFlight,
     Parameters,
     RequestResult,
+    SequenceStep,
 )
 from server.contract.errors import ModelNotFoundError, ModelNotReadyError
-from server.contract.requests import InferOptions
+from server.contract.requests import InferOptions, SequenceFlags
 from server.core.serving.ensemble._plan import EnsemblePlan, Step
 from server.core.serving.servable import Servable
 from server.core.serving.submit import infer_on
@@ -85,14 +86,17 @@ class EnsembleScheduler:
         timeout_ns: int = 0,
         parameters: Parameters = NO_PARAMETERS,
         device_outputs: bool = False,
+        sequence: SequenceStep | None = None,
     ) -> RequestResult:
-        # The ensemble's outputs come back to the host whatever `device_outputs` says.
+        # The ensemble's outputs come back to the host whatever `device_outputs` says; its
+        # sequence parameters go to every step, as Triton passes a correlation id on.
         if self._closed:
             raise BatcherClosedError(
                 f"ensemble '{self._plan.name}' is no longer accepting requests"
             )
         with self._in_flight.counted():
-            options = InferOptions(priority, timeout_ns // 1000, parameters)
+            flags = None if sequence is None else SequenceFlags(*astuple(sequence))
+            options = InferOptions(priority, timeout_ns // 1000, parameters, sequence=flags)
             return await self._run(inputs, batch_size, options)
 
     async def stop(self, timeout_s: float) -> None:

@@ -1,0 +1,599 @@
+"""`SequenceBatcher`: Triton's sequence batcher, for stateful models.
+
+Every sequence (the requests of one correlation id, from START to END) is bound to one slot
+of one instance for its life; an instance runs one batch at a time, taking at most one request
+per slot, so a sequence's requests run in order, one at a time. Each request reaches the model
+with the config's control tensors (START, END, READY, CORRID) and, for implicit state, the
+state the sequence's previous request produced. Sequences that find every slot taken wait in a
+backlog; a sequence idle for `idle_ns` is released and its slot freed.
+
+Two strategies choose what runs: `DIRECT` runs every slot that has a request, slot `i` at batch
+position `i` (empty positions get a null request with READY false), once enough slots are ready
+or the oldest request has waited `max_queue_delay_ns`; `OLDEST` batches the oldest requests of
+the instance's candidate sequences like the dynamic batcher, without padding.
+
+The queues, slots and backlog belong to the event loop: no locks. Selection (`ready_batch`) is a
+pure function of the slots and the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from batching.errors import BatcherClosedError, ExecutorContractError, SequenceError
+from batching.inflight import InFlight
+from batching.messages import (
+    NO_PARAMETERS,
+    ExecutionRecord,
+    Executor,
+    Parameters,
+    RequestResult,
+    SequenceStep,
+    TensorMap,
+)
+
+_log = logging.getLogger(__name__)
+
+Observer = Callable[[ExecutionRecord], None]
+
+
+class ControlKind(Enum):
+    START = "start"
+    END = "end"
+    READY = "ready"
+    CORRID = "corrid"
+
+
+class Strategy(Enum):
+    DIRECT = "direct"
+    OLDEST = "oldest"
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """One control tensor the model takes: its name, and the values it reads as false and true
+    (0-d arrays of the tensor's data type). CORRID carries the correlation id in `false`'s data
+    type; its `false` is what a null request carries (0 or an empty string)."""
+
+    kind: ControlKind
+    name: str
+    false: np.ndarray
+    true: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class ImplicitState:
+    """A state the server keeps per sequence: the model reads it from `input_name` and writes
+    the next one to `output_name`; a START request reads `initial` (the config's dims)."""
+
+    input_name: str
+    output_name: str
+    initial: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class SequencePolicy:
+    """How one stateful model version schedules; read from its config once, at load."""
+
+    model: str  # the model's name, as errors name it
+    batching: bool  # max_batch_size > 0: every tensor has a leading batch dim of 1 per request
+    slots: int  # per instance: DIRECT max(max_batch_size, 1), OLDEST max_candidate_sequences
+    max_batch_size: int  # requests per execution (at least 1)
+    strategy: Strategy = Strategy.DIRECT
+    idle_ns: int = 1_000_000_000
+    max_queue_delay_ns: int = 0
+    minimum_slot_utilization: float = 0.0  # DIRECT: share of slots ready before running early
+    preferred_batch_sizes: tuple[int, ...] = ()  # OLDEST, ascending
+    controls: tuple[Control, ...] = ()
+    states: tuple[ImplicitState, ...] = ()
+
+    @property
+    def state_outputs(self) -> frozenset[str]:
+        return frozenset(state.output_name for state in self.states)
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    """One request of a sequence, waiting for its turn or executing."""
+
+    inputs: TensorMap
+    parameters: Parameters
+    start: bool
+    end: bool
+    enqueue_ns: int
+    order: int  # arrival number, for OLDEST
+    future: asyncio.Future[RequestResult]
+
+
+@dataclass(slots=True, eq=False)
+class _Sequence:
+    """The requests of one correlation id from one START; in a slot, or in the backlog."""
+
+    correlation_id: int | str
+    requests: deque[_Request] = field(default_factory=deque)
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # input name -> last output
+    last_ns: int = 0  # when its last request arrived or finished
+    running: bool = False  # one of its requests is executing
+    lane: _Lane | None = None
+    slot: int = -1
+
+    def ready(self) -> _Request | None:
+        """Its next request, when one waits and none of its requests is executing."""
+        return self.requests[0] if self.requests and not self.running else None
+
+
+@dataclass(slots=True, eq=False)
+class _Lane:
+    """One instance and its slots."""
+
+    executor: Executor
+    slots: list[_Sequence | None]
+    busy: bool = False
+    retiring: asyncio.Future[Executor] | None = None  # set: take no new sequences
+
+    def occupied(self) -> int:
+        return sum(1 for sequence in self.slots if sequence is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a lane runs now (batch positions; None: a null request), or when to look again."""
+
+    positions: tuple[int | None, ...] = ()  # slot indexes, in batch order
+    wait_until_ns: int | None = None
+
+
+def ready_batch(
+    slots: Sequence[tuple[int, int] | None], policy: SequencePolicy, now_ns: int
+) -> Selection:
+    """Which slots one idle instance runs now. `slots[i]` is (enqueue time of the ready request,
+    arrival number) for a slot whose sequence has a request ready, None otherwise."""
+    ready = [(slot, mark) for slot, mark in enumerate(slots) if mark is not None]
+    if not ready:
+        return Selection()
+    oldest_ns = min(mark[0] for _, mark in ready)
+    due_ns = oldest_ns + policy.max_queue_delay_ns
+    if policy.strategy is Strategy.DIRECT:
+        # As Triton: a delay needs both settings; either one reached runs the batch.
+        utilization = policy.minimum_slot_utilization
+        waits = policy.max_queue_delay_ns > 0 and utilization > 0
+        if waits and now_ns < due_ns and len(ready) < utilization * len(slots):
+            return Selection(wait_until_ns=due_ns)
+        last = max(slot for slot, _ in ready)
+        taken = {slot for slot, _ in ready}
+        return Selection(tuple(slot if slot in taken else None for slot in range(last + 1)))
+    by_age = sorted(ready, key=lambda entry: entry[1])
+    count = min(len(by_age), policy.max_batch_size)
+    if count < policy.max_batch_size and policy.max_queue_delay_ns and now_ns < due_ns:
+        preferred = [size for size in policy.preferred_batch_sizes if size <= count]
+        if not preferred or preferred[-1] != count:
+            return Selection(wait_until_ns=due_ns)
+    return Selection(tuple(slot for slot, _ in by_age[:count]))
+
+
+class SequenceBatcher:
+    """Schedules one stateful model version's sequences over its instances."""
+
+    def __init__(
+        self,
+        name: str,
+        executors: Sequence[Executor],
+        policy: SequencePolicy,
+        observer: Observer | None = None,
+    ) -> None:
+        if not executors:
+            raise ValueError(f"sequence batcher '{name}' needs at least one executor")
+        self._name = name
+        self._initial = tuple(executors)
+        self._policy = policy
+        self._observer = observer
+        self._closed = False
+        self._in_flight = InFlight()
+
+    async def start(self) -> None:
+        self._lanes = [self._lane(executor) for executor in self._initial]
+        self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
+        self._backlog: deque[_Sequence] = deque()  # waiting for a slot
+        self._arrivals = 0
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight.start()
+        self._loop_task = asyncio.create_task(self._run(), name=f"sequences:{self._name}")
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight.count
+
+    @property
+    def queue_depth(self) -> int:
+        slotted = [s for lane in self._lanes for s in lane.slots if s is not None]
+        return sum(len(s.requests) - s.running for s in (*slotted, *self._backlog))
+
+    @property
+    def executor_count(self) -> int:
+        return len(self._lanes)
+
+    @property
+    def policy(self) -> SequencePolicy:
+        return self._policy
+
+    def add_executor(self, executor: Executor) -> None:
+        """Serve with one more instance: its slots take sequences from the backlog first."""
+        lane = self._lane(executor)
+        self._lanes.append(lane)
+        for slot in range(len(lane.slots)):
+            if not self._backlog:
+                break
+            self._seat(self._backlog.popleft(), lane, slot)
+        self._wake.set()
+
+    async def retire_executor(self) -> Executor:
+        """Take one instance out of service once the sequences in its slots have ended (or
+        were released idle), and hand it back for closing."""
+        serving = [lane for lane in self._lanes if lane.retiring is None]
+        if len(serving) <= 1:
+            raise ValueError(f"sequence batcher '{self._name}' keeps at least one executor")
+        lane = min(reversed(serving), key=_Lane.occupied)  # the emptiest, newest first
+        lane.retiring = asyncio.get_running_loop().create_future()
+        self._wake.set()
+        return await lane.retiring
+
+    async def infer(
+        self,
+        inputs: TensorMap,
+        batch_size: int,
+        priority: int = 0,
+        timeout_ns: int = 0,
+        parameters: Parameters = NO_PARAMETERS,
+        device_outputs: bool = False,
+        sequence: SequenceStep | None = None,
+    ) -> RequestResult:
+        """Queue one request of a sequence and wait for its result; cancelling the caller
+        takes a request that has not started out of its sequence."""
+        model = self._policy.model
+        if self._closed:
+            raise BatcherClosedError(f"model '{model}' is no longer accepting requests")
+        if sequence is None or not sequence.correlation_id:
+            raise SequenceError(
+                f"inference request to model '{model}' must specify a non-zero or non-empty "
+                "correlation ID"
+            )
+        if batch_size > 1:
+            raise SequenceError(
+                f"inference request to model '{model}' must specify batch-size 1 due to "
+                "requirements of sequence batcher"
+            )
+        correlation_id = sequence.correlation_id
+        target = self._sequences.get(correlation_id)
+        if target is None and not sequence.start:
+            raise SequenceError(
+                f"inference request for sequence {correlation_id} to model '{model}' must "
+                "specify the START flag on the first request of the sequence"
+            )
+        self._check_corrid(correlation_id)
+        now_ns = time.monotonic_ns()
+        if target is None:
+            target = self._begin(correlation_id)
+        elif sequence.start:
+            _log.warning(
+                "sequence %s for model '%s' has a conflict: the previous sequence did not end "
+                "before this sequence start; it ends early",
+                correlation_id,
+                model,
+            )
+        self._arrivals += 1
+        request = _Request(
+            inputs,
+            parameters,
+            sequence.start,
+            sequence.end,
+            now_ns,
+            self._arrivals,
+            asyncio.get_running_loop().create_future(),
+        )
+        target.requests.append(request)
+        target.last_ns = now_ns
+        if sequence.end:
+            self._sequences.pop(correlation_id, None)  # a new START begins a new sequence
+        self._wake.set()
+        with self._in_flight.counted():
+            try:
+                return await request.future
+            except asyncio.CancelledError:
+                executing = target.running and target.requests[0] is request
+                if not executing:  # it never runs; an executing one's result is dropped
+                    with contextlib.suppress(ValueError):
+                        target.requests.remove(request)
+                    self._wake.set()
+                raise
+
+    async def stop(self, timeout_s: float) -> None:
+        """Refuse new requests, let accepted ones finish (bounded), then stop the loop and
+        fail what is left: their sequences end with the version."""
+        self._closed = True
+        await self._in_flight.wait_idle(timeout_s)
+        self._loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._loop_task
+        error = BatcherClosedError(f"model '{self._policy.model}' stopped before the request ran")
+        for sequence in self._all_sequences():
+            for request in sequence.requests:
+                if not request.future.done():
+                    request.future.set_exception(error)
+
+    # Sequences and slots.
+
+    def _lane(self, executor: Executor) -> _Lane:
+        return _Lane(executor, [None] * self._policy.slots)
+
+    def _check_corrid(self, correlation_id: int | str) -> None:
+        for control in self._policy.controls:
+            if control.kind is not ControlKind.CORRID:
+                continue
+            if isinstance(correlation_id, str) != (control.false.dtype == np.object_):
+                kind = "string" if isinstance(correlation_id, str) else "integer"
+                raise SequenceError(
+                    f"inference request for sequence {correlation_id} to model "
+                    f"'{self._policy.model}' has a {kind} correlation ID, but its "
+                    f"CONTROL_SEQUENCE_CORRID input '{control.name}' is {control.false.dtype}"
+                )
+
+    def _begin(self, correlation_id: int | str) -> _Sequence:
+        sequence = _Sequence(correlation_id)
+        self._sequences[correlation_id] = sequence
+        free = self._free_slot()
+        if free is None:
+            self._backlog.append(sequence)
+        else:
+            self._seat(sequence, *free)
+        return sequence
+
+    def _free_slot(self) -> tuple[_Lane, int] | None:
+        """The lowest free slot of the least occupied instance that takes sequences."""
+        best: tuple[_Lane, int] | None = None
+        for lane in self._lanes:
+            if lane.retiring is not None or None not in lane.slots:
+                continue
+            if best is None or lane.occupied() < best[0].occupied():
+                best = (lane, lane.slots.index(None))
+        return best
+
+    def _seat(self, sequence: _Sequence, lane: _Lane, slot: int) -> None:
+        lane.slots[slot] = sequence
+        sequence.lane, sequence.slot = lane, slot
+
+    def _release(self, sequence: _Sequence) -> None:
+        """Free a sequence's slot (it ended or idled out) for the oldest backlogged one."""
+        lane, slot = sequence.lane, sequence.slot
+        if self._sequences.get(sequence.correlation_id) is sequence:
+            del self._sequences[sequence.correlation_id]
+        if lane is None:
+            with contextlib.suppress(ValueError):
+                self._backlog.remove(sequence)
+            return
+        lane.slots[slot] = None
+        sequence.lane = None
+        if lane.retiring is None and self._backlog:
+            self._seat(self._backlog.popleft(), lane, slot)
+
+    def _all_sequences(self) -> list[_Sequence]:
+        slotted = [s for lane in self._lanes for s in lane.slots if s is not None]
+        return [*slotted, *self._backlog]
+
+    # The loop.
+
+    async def _run(self) -> None:
+        while True:
+            now_ns = time.monotonic_ns()
+            deadlines = [self._reap(now_ns)]
+            for lane in list(self._lanes):
+                if lane.busy:
+                    continue
+                if lane.retiring is not None and lane.occupied() == 0:
+                    self._lanes.remove(lane)
+                    lane.retiring.set_result(lane.executor)
+                    continue
+                marks = [self._mark(sequence) for sequence in lane.slots]
+                selection = ready_batch(marks, self._policy, now_ns)
+                if selection.positions:
+                    self._dispatch(lane, selection.positions)
+                deadlines.append(selection.wait_until_ns)
+            await self._sleep(now_ns, deadlines)
+
+    def _mark(self, sequence: _Sequence | None) -> tuple[int, int] | None:
+        request = None if sequence is None else sequence.ready()
+        if request is None:
+            return None
+        return request.enqueue_ns, request.order
+
+    def _reap(self, now_ns: int) -> int | None:
+        """Release the sequences idle past the limit; when the next one would be."""
+        next_ns: int | None = None
+        for sequence in self._all_sequences():
+            if sequence.requests or sequence.running:
+                continue
+            due_ns = sequence.last_ns + self._policy.idle_ns
+            if due_ns <= now_ns:
+                _log.info(
+                    "model '%s': sequence %s released after %d us idle",
+                    self._policy.model,
+                    sequence.correlation_id,
+                    self._policy.idle_ns // 1000,
+                )
+                self._release(sequence)
+            elif next_ns is None or due_ns < next_ns:
+                next_ns = due_ns
+        return next_ns
+
+    async def _sleep(self, now_ns: int, deadlines: list[int | None]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        due = [d for d in deadlines if d is not None]
+        self._wake.clear()
+        if due:
+            delay_s = max(min(due) - now_ns, 0) / 1e9
+            self._timer = asyncio.get_running_loop().call_later(delay_s, self._wake.set)
+        await self._wake.wait()
+
+    def _dispatch(self, lane: _Lane, positions: tuple[int | None, ...]) -> None:
+        batch: list[tuple[_Sequence, _Request] | None] = []
+        for slot in positions:
+            sequence = None if slot is None else lane.slots[slot]
+            if sequence is None:
+                batch.append(None)
+                continue
+            request = sequence.requests[0]
+            sequence.running = True
+            batch.append((sequence, request))
+        lane.busy = True
+        task = asyncio.create_task(self._execute(lane, batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, lane: _Lane, batch: list[tuple[_Sequence, _Request] | None]) -> None:
+        start_ns = time.monotonic_ns()
+        real = [entry for entry in batch if entry is not None]
+        template = real[0][1].inputs
+        feeds = [
+            self._null_inputs(template) if entry is None else self._inputs(*entry)
+            for entry in batch
+        ]
+        parameters = [NO_PARAMETERS if entry is None else entry[1].parameters for entry in batch]
+        record = ExecutionRecord(len(real), len(real), 0, 0, 0, succeeded=False)
+        try:
+            try:
+                outcome = await lane.executor.execute(
+                    feeds, parameters if any(parameters) else (), False
+                )
+                if len(outcome.responses) != len(batch):
+                    raise ExecutorContractError(
+                        f"instance '{lane.executor.name}' answered {len(outcome.responses)} of "
+                        f"the batch's {len(batch)} requests"
+                    )
+            except Exception as exc:  # the loop never dies: fail only this batch
+                _log.warning("model '%s': sequence batch failed: %s", self._policy.model, exc)
+                self._report(record)
+                for _, request in real:
+                    _settle(request, exc)
+                return
+            record = ExecutionRecord(
+                len(real),
+                len(real),
+                outcome.compute_input_ns,
+                outcome.compute_infer_ns,
+                outcome.compute_output_ns,
+                succeeded=True,
+            )
+            self._report(record)
+            for entry, response in zip(batch, outcome.responses, strict=True):
+                if entry is None:
+                    continue
+                sequence, request = entry
+                if isinstance(response, Exception):
+                    _settle(request, response)
+                    continue
+                outputs = self._keep_state(sequence, response)
+                _settle(
+                    request,
+                    RequestResult(
+                        outputs=outputs,
+                        queue_ns=start_ns - request.enqueue_ns,
+                        compute_input_ns=outcome.compute_input_ns,
+                        compute_infer_ns=outcome.compute_infer_ns,
+                        compute_output_ns=outcome.compute_output_ns,
+                        batch_size=record.batch_size,
+                        instance=lane.executor.name,
+                    ),
+                )
+        finally:
+            done_ns = time.monotonic_ns()
+            for sequence, request in real:
+                sequence.running = False
+                sequence.last_ns = done_ns
+                if sequence.requests and sequence.requests[0] is request:
+                    sequence.requests.popleft()
+                if request.end and not sequence.requests:
+                    self._release(sequence)
+            lane.busy = False
+            self._wake.set()
+
+    def _inputs(self, sequence: _Sequence, request: _Request) -> dict[str, Any]:
+        """A request's tensors as the model takes them: its own, the controls and the states."""
+        policy = self._policy
+        feed = dict(request.inputs)
+        for control in policy.controls:
+            if control.kind is ControlKind.CORRID:
+                value = _corrid(sequence.correlation_id, control.false.dtype)
+            elif control.kind is ControlKind.START:
+                value = control.true if request.start else control.false
+            elif control.kind is ControlKind.END:
+                value = control.true if request.end else control.false
+            else:
+                value = control.true
+            feed[control.name] = self._per_request(value)
+        for state in policy.states:
+            if request.start or state.input_name not in sequence.state:
+                feed[state.input_name] = self._batched(state.initial)
+            else:
+                feed[state.input_name] = sequence.state[state.input_name]
+        return feed
+
+    def _null_inputs(self, template: TensorMap) -> dict[str, Any]:
+        """An empty batch position (DIRECT): zeros shaped like a real request, READY false."""
+        policy = self._policy
+        feed: dict[str, Any] = {name: np.zeros_like(array) for name, array in template.items()}
+        for control in policy.controls:  # all false: a model reads nothing else of it
+            feed[control.name] = self._per_request(control.false)
+        for state in policy.states:
+            feed[state.input_name] = self._batched(state.initial)
+        return feed
+
+    def _keep_state(self, sequence: _Sequence, response: TensorMap) -> TensorMap:
+        """Keep the request's state outputs for the sequence's next request; the client gets
+        the other outputs."""
+        states = self._policy.states
+        if not states:
+            return response
+        for state in states:
+            if state.output_name in response:
+                sequence.state[state.input_name] = np.array(response[state.output_name])
+        hidden = self._policy.state_outputs
+        return {name: array for name, array in response.items() if name not in hidden}
+
+    def _per_request(self, value: np.ndarray) -> np.ndarray:
+        # A control tensor has dims [1]; a batching model's requests add the batch dim.
+        return np.reshape(value, (1, 1) if self._policy.batching else (1,))
+
+    def _batched(self, array: np.ndarray) -> np.ndarray:
+        return array[np.newaxis] if self._policy.batching else array
+
+    def _report(self, record: ExecutionRecord) -> None:
+        if self._observer is not None:
+            self._observer(record)
+
+
+def _corrid(correlation_id: int | str, dtype: np.dtype[Any]) -> np.ndarray:
+    if isinstance(correlation_id, str):
+        return np.array(correlation_id.encode(), dtype=object)
+    return np.array(correlation_id, dtype=dtype)
+
+
+def _settle(request: _Request, result: RequestResult | BaseException) -> None:
+    if request.future.done():  # a cancelled caller's result is dropped
+        return
+    if isinstance(result, BaseException):
+        request.future.set_exception(result)
+    else:
+        request.future.set_result(result)
