@@ -50,6 +50,11 @@ class Executor(Protocol):
         ...
 
 
+# The sequence batcher hands each request's correlation id to its executor among the request's
+# parameters under Triton's reserved name, which no client parameter reaches a model with.
+CORRELATION_ID = "sequence_id"
+
+
 @dataclass(frozen=True, slots=True)
 class SequenceStep:
     """A request's place in its sequence, for a sequence batcher (the others ignore it)."""

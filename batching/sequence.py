@@ -33,6 +33,7 @@ import numpy as np
 from batching.errors import BatcherClosedError, ExecutorContractError, SequenceError
 from batching.inflight import InFlight
 from batching.messages import (
+    CORRELATION_ID,
     NO_PARAMETERS,
     ExecutionRecord,
     Executor,
@@ -470,13 +471,16 @@ class SequenceBatcher:
             self._null_inputs(template) if entry is None else self._inputs(*entry)
             for entry in batch
         ]
-        parameters = [NO_PARAMETERS if entry is None else entry[1].parameters for entry in batch]
+        parameters = [
+            NO_PARAMETERS
+            if entry is None
+            else {**entry[1].parameters, CORRELATION_ID: entry[0].correlation_id}
+            for entry in batch
+        ]
         record = ExecutionRecord(len(real), len(real), 0, 0, 0, succeeded=False)
         try:
             try:
-                outcome = await lane.executor.execute(
-                    feeds, parameters if any(parameters) else (), False
-                )
+                outcome = await lane.executor.execute(feeds, parameters, False)
                 if len(outcome.responses) != len(batch):
                     raise ExecutorContractError(
                         f"instance '{lane.executor.name}' answered {len(outcome.responses)} of "

@@ -156,8 +156,9 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
-    """A running total per sequence, kept by the model itself and keyed by the CORRID control:
-    START resets it to INPUT, every request adds INPUT, END forgets the sequence."""
+    """A running total per sequence, kept by the model itself and keyed by the CORRID control
+    (which must be the request's correlation_id()): START resets it to INPUT, every request adds
+    INPUT, END forgets the sequence."""
 
     def initialize(self, args):
         self.totals = {}
@@ -170,6 +171,10 @@ class TritonPythonModel:
 
             value = int(read("INPUT").reshape(-1)[0])
             corrid = int(read("CORRID").reshape(-1)[0])
+            if read("READY").reshape(-1)[0] and corrid != request.correlation_id():
+                error = pb_utils.TritonError(f"CORRID {corrid} is not {request.correlation_id()}")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
             if read("READY").reshape(-1)[0]:
                 start = bool(read("START").reshape(-1)[0])
                 total = value + (0 if start else self.totals.get(corrid, 0))

@@ -137,17 +137,22 @@ class _Server:
         parameters: list[dict[str, Any]],
     ) -> None:
         pb = self._utils
-        requests = [
-            pb.InferenceRequest(
-                inputs=[pb.Tensor(name, array) for name, array in arrays.items()],
-                requested_output_names=output_names,
-                model_name=self._model_name,
-                model_version=self._version,
-                response_sender=pb.InferenceResponseSender(self._sender(batch, index)),
-                parameters=parameters[index],
+        requests = []
+        for index, arrays in enumerate(inputs):
+            # A sequence batcher passes the correlation id under Triton's reserved name.
+            own = dict(parameters[index])
+            correlation_id = own.pop("sequence_id", 0)
+            requests.append(
+                pb.InferenceRequest(
+                    correlation_id=correlation_id,
+                    inputs=[pb.Tensor(name, array) for name, array in arrays.items()],
+                    requested_output_names=output_names,
+                    model_name=self._model_name,
+                    model_version=self._version,
+                    response_sender=pb.InferenceResponseSender(self._sender(batch, index)),
+                    parameters=own,
+                )
             )
-            for index, arrays in enumerate(inputs)
-        ]
         start_ns = time.monotonic_ns()
         self._batch = batch
         try:

@@ -1,0 +1,260 @@
+"""The sequence batcher: slot selection as a pure function, and the batcher with an executor that
+adds INPUT to the state it is fed (controls and implicit state as a model sees them)."""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batching import (
+    BatcherClosedError,
+    ExecutionRecord,
+    Parameters,
+    SequenceBatcher,
+    SequenceError,
+    SequencePolicy,
+    SequenceStep,
+    Strategy,
+    TensorMap,
+    ready_batch,
+)
+from server.contract.errors import ConfigError
+from server.core.repository import parse_config
+from server.core.repository._sequence import sequence_policy
+
+CONFIG = """
+name: "acc"
+max_batch_size: 4
+sequence_batching {
+  max_sequence_idle_microseconds: 50000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END bool_false_true: [ false, true ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+  state [ { input_name: "STATE" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+  %s
+}
+"""
+
+
+def _policy(strategy: str = "", **changes: object) -> SequencePolicy:
+    config = parse_config(CONFIG % strategy, "inline")
+    return replace(sequence_policy(config, Path(".")), **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Result:
+    responses: list[dict[str, np.ndarray] | Exception]
+    compute_input_ns: int = 1
+    compute_infer_ns: int = 2
+    compute_output_ns: int = 3
+
+
+class Accumulator:
+    """OUTPUT = STATE + INPUT for ready positions; records every batch it was fed."""
+
+    def __init__(self, name: str = "acc_0", delay_s: float = 0.0) -> None:
+        self.name = name
+        self.delay_s = delay_s
+        self.batches: list[Sequence[TensorMap]] = []
+
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Result:
+        self.batches.append(requests)
+        await asyncio.sleep(self.delay_s)
+        responses: list[dict[str, np.ndarray] | Exception] = []
+        for request in requests:
+            total = request["STATE"] + request["INPUT"] * request["READY"].astype(np.int32)
+            responses.append({"OUTPUT": total, "STATE_OUT": total})
+        return Result(responses)
+
+
+def _input(value: int) -> dict[str, np.ndarray]:
+    return {"INPUT": np.array([[value]], np.int32)}
+
+
+async def _send(
+    batcher: SequenceBatcher, sequence: int | str, value: int, start: bool = False, end: bool = False
+) -> int:
+    result = await batcher.infer(_input(value), 1, sequence=SequenceStep(sequence, start, end))
+    assert "STATE_OUT" not in result.outputs  # the state is the server's
+    return int(result.outputs["OUTPUT"][0, 0])
+
+
+def test_policy_from_config() -> None:
+    policy = _policy()
+    assert policy.strategy is Strategy.DIRECT
+    assert policy.slots == 4 and policy.batching and policy.idle_ns == 50_000_000
+    assert [c.name for c in policy.controls] == ["START", "READY", "END", "CORRID"]
+    assert policy.states[0].initial.tolist() == [0]
+    oldest = _policy("oldest { max_candidate_sequences: 6 preferred_batch_size: [ 2, 4 ] }")
+    assert oldest.strategy is Strategy.OLDEST
+    assert oldest.slots == 6 and oldest.preferred_batch_sizes == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [
+        ("oldest { preferred_batch_size: [ 8 ] }", "preferred batch size must be <= max batch"),
+        ("direct { minimum_slot_utilization: 1.5 }", "minimum slot utilization must be in range"),
+    ],
+)
+def test_policy_refuses_what_triton_refuses(strategy: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _policy(strategy)
+
+
+def test_policy_needs_two_control_values() -> None:
+    config = parse_config(
+        'name: "m" max_batch_size: 1 sequence_batching { control_input [ { name: "S" control '
+        "[ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 1 ] } ] } ] }",
+        "inline",
+    )
+    with pytest.raises(ConfigError, match="exactly one of int32_false_true"):
+        sequence_policy(config, Path("."))
+
+
+def test_direct_selection_pads_empty_slots_and_waits_for_utilization() -> None:
+    policy = _policy(max_queue_delay_ns=1000, minimum_slot_utilization=0.75)
+    slots = [(10, 1), None, (20, 2), None]
+    waiting = ready_batch(slots, policy, now_ns=500)
+    assert waiting.positions == () and waiting.wait_until_ns == 1010
+    assert ready_batch(slots, policy, now_ns=1010).positions == (0, None, 2)
+    full = [(10, 1), (11, 2), (12, 3), None]
+    assert ready_batch(full, policy, now_ns=100).positions == (0, 1, 2)
+    assert ready_batch([None] * 4, policy, now_ns=0).positions == ()
+    # Without a utilization threshold Triton runs at once, whatever the delay.
+    eager = replace(policy, minimum_slot_utilization=0.0)
+    assert ready_batch(slots, eager, now_ns=0).positions == (0, None, 2)
+
+
+def test_oldest_selection_takes_the_oldest_and_waits_for_a_preferred_size() -> None:
+    policy = _policy(
+        "oldest { max_candidate_sequences: 6 }",
+        max_queue_delay_ns=1000,
+        preferred_batch_sizes=(2,),
+        max_batch_size=3,
+    )
+    slots = [(30, 3), None, (10, 1), None, (20, 2), (40, 4)]
+    assert ready_batch(slots, policy, now_ns=0).positions == (2, 4, 0)
+    one = [None, (10, 1), None, None, None, None]
+    assert ready_batch(one, policy, now_ns=500).wait_until_ns == 1010
+    assert ready_batch(one, policy, now_ns=1010).positions == (1,)
+    two = [(10, 1), (20, 2), None, None, None, None]
+    assert ready_batch(two, policy, now_ns=500).positions == (0, 1)
+
+
+async def test_interleaved_sequences_keep_their_own_totals() -> None:
+    executor = Accumulator(delay_s=0.001)
+    batcher = SequenceBatcher("acc:1", [executor], _policy())
+    await batcher.start()
+
+    async def client(sequence: int, values: list[int]) -> list[int]:
+        totals = []
+        for index, value in enumerate(values):
+            start, end = index == 0, index == len(values) - 1
+            totals.append(await _send(batcher, sequence, value, start, end))
+        return totals
+
+    values = {sequence: list(range(sequence, sequence + 6)) for sequence in range(1, 5)}
+    answers = await asyncio.gather(*(client(s, v) for s, v in values.items()))
+    for (sequence, sent), totals in zip(values.items(), answers, strict=True):
+        assert totals == list(np.cumsum(sent)), sequence
+    assert any(len(batch) > 1 for batch in executor.batches)  # sequences batched together
+    assert batcher.in_flight == 0 and batcher.queue_depth == 0
+    await batcher.stop(1.0)
+
+
+async def test_controls_and_null_requests_reach_the_model() -> None:
+    executor = Accumulator(delay_s=0.02)
+    batcher = SequenceBatcher("acc:1", [executor], _policy())
+    await batcher.start()
+    first = asyncio.create_task(_send(batcher, 11, 1, start=True))
+    await asyncio.sleep(0.005)  # sequence 11 takes slot 0 and runs alone
+    second = asyncio.create_task(_send(batcher, 22, 5, start=True))  # slot 1
+    await first
+    third = asyncio.create_task(_send(batcher, 22, 5, end=True))
+    assert await second == 5 and await third == 10
+    last = executor.batches[-1]  # slot 0 (sequence 11) has nothing ready: a null request
+    assert len(last) == 2
+    assert last[0]["READY"].tolist() == [[0.0]] and last[0]["CORRID"].tolist() == [[0]]
+    assert last[1]["READY"].tolist() == [[1.0]] and last[1]["END"].tolist() == [[True]]
+    assert last[1]["CORRID"].tolist() == [[22]] and last[1]["START"].tolist() == [[0]]
+    await batcher.stop(1.0)
+
+
+async def test_sequence_errors_use_tritons_wording() -> None:
+    batcher = SequenceBatcher("acc:1", [Accumulator()], _policy())
+    await batcher.start()
+    with pytest.raises(SequenceError, match="must specify a non-zero or non-empty correlation ID"):
+        await batcher.infer(_input(1), 1)
+    with pytest.raises(SequenceError, match="must specify the START flag on the first request"):
+        await _send(batcher, 5, 1)
+    with pytest.raises(SequenceError, match="must specify batch-size 1"):
+        await batcher.infer(_input(1), 2, sequence=SequenceStep(5, start=True))
+    with pytest.raises(SequenceError, match="string correlation ID"):
+        await _send(batcher, "text", 1, start=True)
+    assert await _send(batcher, 5, 3, start=True, end=True) == 3
+    with pytest.raises(SequenceError, match="START flag"):  # ended: unknown again
+        await _send(batcher, 5, 1)
+    await batcher.stop(1.0)
+
+
+async def test_idle_sequences_are_released() -> None:
+    batcher = SequenceBatcher("acc:1", [Accumulator()], _policy(idle_ns=20_000_000))
+    await batcher.start()
+    assert await _send(batcher, 9, 4, start=True) == 4
+    assert await _send(batcher, 9, 4) == 8
+    await asyncio.sleep(0.06)
+    with pytest.raises(SequenceError, match="START flag"):
+        await _send(batcher, 9, 4)
+    await batcher.stop(1.0)
+
+
+async def test_backlog_waits_for_a_free_slot() -> None:
+    executor = Accumulator()
+    batcher = SequenceBatcher("acc:1", [executor], _policy(slots=1, max_batch_size=1))
+    await batcher.start()
+    assert await _send(batcher, 1, 1, start=True) == 1
+    backlogged = asyncio.create_task(_send(batcher, 2, 7, start=True, end=True))
+    await asyncio.sleep(0.01)
+    assert not backlogged.done()  # sequence 1 holds the only slot
+    assert await _send(batcher, 1, 1, end=True) == 2
+    assert await backlogged == 7
+    await batcher.stop(1.0)
+
+
+async def test_sequences_spread_over_instances_and_retire_waits_for_them() -> None:
+    executors = [Accumulator("acc_0"), Accumulator("acc_1")]
+    records: list[ExecutionRecord] = []
+    batcher = SequenceBatcher("acc:1", executors, _policy(), records.append)
+    await batcher.start()
+    assert await _send(batcher, 1, 1, start=True) == 1
+    assert await _send(batcher, 2, 2, start=True) == 2
+    assert all(executor.batches for executor in executors)  # one sequence on each
+    retiring = asyncio.create_task(batcher.retire_executor())
+    await asyncio.sleep(0.01)
+    assert not retiring.done()  # its sequence has not ended
+    assert await _send(batcher, 1, 1, end=True) == 2
+    assert await _send(batcher, 2, 2, end=True) == 4
+    retired = await asyncio.wait_for(retiring, 1.0)
+    assert retired in executors and batcher.executor_count == 1
+    assert len(records) == 4 and all(r.succeeded for r in records)
+    await batcher.stop(1.0)
+
+
+async def test_stop_refuses_new_requests() -> None:
+    batcher = SequenceBatcher("acc:1", [Accumulator()], _policy())
+    await batcher.start()
+    await batcher.stop(1.0)
+    with pytest.raises(BatcherClosedError):
+        await _send(batcher, 1, 1, start=True)
