@@ -132,6 +132,35 @@ def test_sequences_over_a_stream(convoy: ConvoyServer) -> None:
         assert [got[f"{name}-{step}"] for step in range(4)] == list(np.cumsum(values))
 
 
+def test_async_infer_carries_the_sequence(convoy: ConvoyServer) -> None:
+    """async_infer on both clients: one request of a sequence at a time, each total checked."""
+    with _clients(convoy) as (grpc_client, http_client):
+        for client, module, sequence in (
+            (grpc_client, grpcclient, 6001),
+            (http_client, httpclient, 6002),
+        ):
+            totals = []
+            for step, value in enumerate([2, 3, 4]):
+                flags = {"sequence_start": step == 0, "sequence_end": step == 2}
+                inputs = [_input(module, ONNX, value)]
+                if module is grpcclient:
+                    done: queue.Queue[Any] = queue.Queue()
+                    client.async_infer(
+                        ONNX,
+                        inputs,
+                        lambda result, error, done=done: done.put(error or result),
+                        sequence_id=sequence,
+                        **flags,
+                    )
+                    answer = done.get(timeout=30)
+                    assert not isinstance(answer, InferenceServerException), answer
+                else:
+                    answer = client.async_infer(ONNX, inputs, sequence_id=sequence, **flags)
+                    answer = answer.get_result()
+                totals.append(_total(answer))
+            assert totals == [2, 5, 9]
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_sequence_errors_have_tritons_status_and_wording(
     convoy: ConvoyServer, protocol: str
@@ -251,7 +280,9 @@ def test_oldest_strategy_batches_sequences(
 def test_direct_strategy_spreads_over_instances_and_survives_a_count_change(
     start_server: StartServer, stateful_repository: Path
 ) -> None:
-    server = start_server(stateful_repository, "--model-control-mode", "explicit", "--load-model", "*")
+    server = start_server(
+        stateful_repository, "--model-control-mode", "explicit", "--load-model", "*"
+    )
     with _clients(server) as (client, _):
         for sequence in (41, 42, 43):
             assert _send(client, "direct", sequence, sequence, start=True) == sequence
@@ -275,7 +306,9 @@ def test_direct_strategy_spreads_over_instances_and_survives_a_count_change(
 def test_unload_and_reload_end_sequences(
     start_server: StartServer, stateful_repository: Path
 ) -> None:
-    server = start_server(stateful_repository, "--model-control-mode", "explicit", "--load-model", "*")
+    server = start_server(
+        stateful_repository, "--model-control-mode", "explicit", "--load-model", "*"
+    )
     with _clients(server) as (client, _):
         assert _send(client, "direct", 51, 1, start=True) == 1
         client.unload_model("direct")
