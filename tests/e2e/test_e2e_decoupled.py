@@ -40,17 +40,20 @@ class TritonPythonModel:
 
 
 def _repository(tmp_path: Path) -> Path:
+    """`repeat`, and `repeat_reshaped`: the same model whose input has a reshape, so that the
+    tensors the batcher queues are not the ones the request arrived with."""
     repo = tmp_path / "repo"
-    models.write_python_model(
-        repo,
-        "repeat",
-        REPEAT,
-        'name: "repeat"\nbackend: "python"\nmax_batch_size: 8\n'
-        "model_transaction_policy { decoupled: true }\n"
-        'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        "dynamic_batching { max_queue_delay_microseconds: 10000 }\n",
-    )
+    for name, reshape in (("repeat", ""), ("repeat_reshaped", " reshape { shape: [ 1, 1 ] }")):
+        models.write_python_model(
+            repo,
+            name,
+            REPEAT,
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+            "model_transaction_policy { decoupled: true }\n"
+            f'input [ {{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ]{reshape} }} ]\n'
+            'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+            "dynamic_batching { max_queue_delay_microseconds: 10000 }\n",
+        )
     return repo
 
 
@@ -58,8 +61,9 @@ def _count(value: int) -> list[grpcclient.InferInput]:
     return [infer_input("COUNT", np.array([[value]], np.int32), "INT32")]
 
 
+@pytest.mark.parametrize("model", ["repeat", "repeat_reshaped"])
 def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, model: str
 ) -> None:
     server = start_server(_repository(tmp_path))
     results: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
@@ -68,9 +72,9 @@ def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
         counts = {f"r{i}": i % 4 for i in range(12)}
         for request_id, count in counts.items():
             triton.async_stream_infer(
-                "repeat", _count(count), request_id=request_id, enable_empty_final_response=True
+                model, _count(count), request_id=request_id, enable_empty_final_response=True
             )
-        triton.async_stream_infer("repeat", _count(-1), request_id="bad")
+        triton.async_stream_infer(model, _count(-1), request_id="bad")
         seen: dict[str, list[int]] = {request_id: [] for request_id in counts}
         finals: set[str] = set()
         errors: list[str] = []
@@ -97,7 +101,7 @@ def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
 
         # Unary inference cannot carry 0..N responses: refused as Triton does.
         with pytest.raises(InferenceServerException, match="decoupled") as refused:
-            triton.infer("repeat", _count(1))
+            triton.infer(model, _count(1))
         assert "UNIMPLEMENTED" in str(refused.value.status())
 
 

@@ -2,13 +2,18 @@
 
 The batcher still forms batches and picks instances; each batch runs through the instance's
 `execute_decoupled`, whose responses the `DecoupledRouter` hands to the stream of the request
-that asked for them. Everything here runs on the event loop.
+that asked for them. A request is known by a token that travels with it through the queue among
+its parameters (under a reserved name no client parameter reaches a model with), not by the
+identity of its tensors, which conversions before batching replace. Everything here runs on the
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy.typing as npt
@@ -25,12 +30,17 @@ from server.contract.requests import InferOptions
 from server.core.serving.servable import Servable, Streamed
 from server.core.serving.submit import submit
 
+# The parameter that carries a request's token to the executor; `triton_` names are Triton's
+# own, so a client's parameter of that name never reaches the queue.
+_TOKEN = "triton_convoy_stream"
+
 
 class DecoupledRouter:
-    """Routes each batch's responses to the requests' own queues (keyed by their input maps)."""
+    """Routes each batch's responses to the requests' own queues (keyed by their tokens)."""
 
     def __init__(self) -> None:
         self._sinks: dict[int, asyncio.Queue[Streamed]] = {}
+        self._tokens = itertools.count(1)
 
     def executor(self, instance: PythonInstance) -> DecoupledExecutor:
         return DecoupledExecutor(instance, self)
@@ -44,8 +54,10 @@ class DecoupledRouter:
     ) -> AsyncIterator[Streamed]:
         """Queue one request and yield its responses as the model sends them."""
         sink: asyncio.Queue[Streamed] = asyncio.Queue()
-        self._sinks[id(arrays)] = sink
-        running = asyncio.create_task(submit(target, arrays, batch_size, options))
+        token = next(self._tokens)
+        self._sinks[token] = sink
+        tagged = replace(options, parameters={**options.parameters, _TOKEN: token})
+        running = asyncio.create_task(submit(target, arrays, batch_size, tagged))
         try:
             while True:
                 taking = asyncio.ensure_future(sink.get())
@@ -61,12 +73,22 @@ class DecoupledRouter:
                 if item.final:
                     return
         finally:
-            self._sinks.pop(id(arrays), None)
+            self._sinks.pop(token, None)
             if not running.done():
                 running.cancel()
 
-    def sinks(self, requests: Sequence[TensorMap]) -> list[asyncio.Queue[Streamed] | None]:
-        return [self._sinks.get(id(request)) for request in requests]
+    def take(
+        self, parameters: Sequence[Parameters]
+    ) -> tuple[list[asyncio.Queue[Streamed] | None], list[Parameters]]:
+        """The batch's sinks, by the tokens in its requests' parameters, and the parameters
+        without the tokens (what the model sees)."""
+        sinks = []
+        own: list[Parameters] = []
+        for values in parameters:
+            token = values.get(_TOKEN)
+            sinks.append(self._sinks.get(token) if isinstance(token, int) else None)
+            own.append({key: value for key, value in values.items() if key != _TOKEN})
+        return sinks, own
 
 
 class DecoupledExecutor:
@@ -86,8 +108,9 @@ class DecoupledExecutor:
         parameters: Sequence[Parameters] = (),
         device_outputs: bool = False,
     ) -> ExecutionResult:
-        # Responses go to their streams in host memory, whatever `device_outputs` says.
-        sinks = self._router.sinks(requests)
+        # Responses go to their streams in host memory, whatever `device_outputs` says. Every
+        # request carries its token, so `parameters` holds one entry per request.
+        sinks, own = self._router.take(parameters)
 
         def send(index: int, response: Response | None, final: bool) -> None:
             sink = sinks[index]
@@ -98,7 +121,7 @@ class DecoupledExecutor:
             else:
                 sink.put_nowait(Streamed(response, None, final))
 
-        result = await self._instance.execute_decoupled(requests, send, parameters)
+        result = await self._instance.execute_decoupled(requests, send, own)
         # Each request's answer went to its stream; the batcher only needs one entry per request.
         empty: list[Response] = [{} for _ in requests]
         return ExecutionResult(
