@@ -92,7 +92,10 @@ class BatchPolicy:
         preferred = sorted(
             size for size in batching.preferred_batch_size if 0 < size <= config.max_batch_size
         )
-        adaptive = config.parameters["convoy_adaptive_queue_delay"].string_value.lower()
+        # Membership, not indexing: indexing a protobuf map inserts the key into the config.
+        adaptive = ""
+        if "convoy_adaptive_queue_delay" in config.parameters:
+            adaptive = config.parameters["convoy_adaptive_queue_delay"].string_value.lower()
         return cls(
             dynamic=dynamic,
             max_batch_size=config.max_batch_size,
