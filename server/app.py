@@ -14,6 +14,7 @@ from backends import cuda_available
 from server.contract.errors import ModelLoadFailedError, ServerError
 from server.contract.logs import LogControl
 from server.contract.settings import FrontEndSettings
+from server.core.cache import open_cache, parse_cache_config
 from server.core.engine import Engine
 from server.core.local import LocalCore
 from server.core.metrics import MetricsOptions, MetricsServer, StatsCollector
@@ -46,11 +47,13 @@ class App:
             if settings.memory_budget_bytes is None
             else MemoryBudget(settings.memory_budget_bytes, settings.evict_lru)
         )
+        self.cache = open_cache(parse_cache_config(settings.cache_config))
         self.repository = Repository(
             tuple(Path(root) for root in settings.model_repositories),
             settings.model_load_threads,
             budget,
             completion=settings.auto_complete,
+            cache=self.cache,
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(
@@ -69,6 +72,8 @@ class App:
         self._reserved: list[socket.socket] = []
 
     async def start(self) -> None:
+        if self.cache is not None:
+            await self.cache.start()
         await self.engine.start()
         await self._load_initial_models()
         _log.info("models:\n%s", model_table(self.repository))
@@ -92,7 +97,9 @@ class App:
                 gpu=settings.allow_gpu_metrics,
             )
             self._metrics_server = MetricsServer(
-                StatsCollector(self.repository, options), settings.host, settings.metrics_port
+                StatsCollector(self.repository, options, self.cache),
+                settings.host,
+                settings.metrics_port,
             )
             self._metrics_server.start()
             self.metrics_port = self._metrics_server.port
@@ -163,6 +170,8 @@ class App:
         for reserved in self._reserved:
             reserved.close()
         await self.repository.unload_all(timeout_s=1.0)
+        if self.cache is not None:
+            await self.cache.close()
         self.shared_memory.close()
         if self._metrics_server is not None:
             self._metrics_server.stop()

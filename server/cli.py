@@ -124,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         "also reads the standard OTEL_EXPORTER_OTLP_* variables",
     )
     serve.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="CACHE,KEY=VALUE",
+        help="the response cache (repeatable): local,size=BYTES, or redis,host=H with "
+        "redis,port=P (and user, password, db, connect_timeout, socket_timeout in ms)",
+    )
+    serve.add_argument(
         "--memory-budget",
         type=_budget,
         default=None,
@@ -295,6 +303,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         auto_complete=_auto_complete(args),
         exit_on_error=args.exit_on_error,
         frontend_workers=args.frontend_workers,
+        cache_config=tuple(args.cache_config),
         log=LogState(
             log_info=args.log_info,
             log_warning=args.log_warning,

@@ -57,6 +57,7 @@ class ServerSettings:
     log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time
     frontend_workers: int = 0  # front-end worker processes; 0: the front ends run in this one
     worker_arena_bytes: int = DEFAULT_ARENA_BYTES  # each worker's input and output arenas
+    cache_config: tuple[str, ...] = ()  # raw --cache-config values (server.core.cache parses)
 
 
 def auto_workers(cores: int) -> int:

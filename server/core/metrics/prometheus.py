@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from server.core.cache import ResponseCache
+from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_FAMILIES
 from server.core.metrics.samplers import CpuSampler, GpuSampler
 from server.core.observability.stats import Histogram
 from server.core.repository import ModelVersion, Repository
@@ -104,9 +106,15 @@ class MetricsOptions:
 class StatsCollector(Collector):
     """Triton's per-model metrics, computed from each ready version's statistics."""
 
-    def __init__(self, repository: Repository, options: MetricsOptions | None = None) -> None:
+    def __init__(
+        self,
+        repository: Repository,
+        options: MetricsOptions | None = None,
+        cache: ResponseCache | None = None,
+    ) -> None:
         self._repository = repository
         self._options = options or MetricsOptions()
+        self._cache = cache  # the response cache's families appear when there is one
         self._cpu = CpuSampler()
         self._gpu = GpuSampler() if self._options.gpu else None
 
@@ -114,6 +122,8 @@ class StatsCollector(Collector):
         # Runs on the metrics thread: take a snapshot of the versions before walking them.
         versions = [v for entry in self._repository.entries() for v in list(entry.ready.values())]
         yield from self._model_families(versions)
+        if self._cache is not None:
+            yield from self._cache_families(versions, self._cache)
         if self._options.histograms:
             yield _histogram(
                 "convoy_inference_batch_size",
@@ -150,6 +160,25 @@ class StatsCollector(Collector):
         for version in versions:
             load.add_sample(load.name, _labels(version), version.load_s)
         yield load
+
+    def _cache_families(
+        self, versions: list[ModelVersion], cache: ResponseCache
+    ) -> Iterator[Metric]:
+        cached = [v for v in versions if v.cache is not None]
+        for name, documentation, value, duration in PER_MODEL_FAMILIES:
+            if duration and not self._options.counter_latencies:
+                continue
+            family = Metric(name, documentation, "counter")
+            for version in cached:
+                family.add_sample(name, _labels(version), value(version))
+            yield family
+        counters = cache.counters
+        for name, documentation, total in CACHE_FAMILIES:
+            if name in ENTRY_FAMILIES and not counters.counts_entries:
+                continue
+            family = Metric(name, documentation, "gauge")
+            family.add_sample(name, {}, total(counters))
+            yield family
 
 
 def _histogram(

@@ -68,6 +68,8 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)  # hits and their lookup time
+    cache_miss: Duration = field(default_factory=Duration)  # misses: lookup and insertion time
     batches: dict[int, BatchDurations] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # by Triton's reason label
     batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))
@@ -93,6 +95,15 @@ class ModelStats:
         self.compute_input.add(result.compute_input_ns)
         self.compute_infer.add(result.compute_infer_ns)
         self.compute_output.add(result.compute_output_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success with no queue or compute
+        time and no execution, as Triton counts one."""
+        self.success.add(request_ns)
+        self.request_us.observe(request_ns / 1000)
+        self.queue.add(0)
+        self.cache_hit.add(lookup_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, request_ns: int, reason: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from backends import Instance, TensorMap
 from proto import model_config_pb2 as mc
 from server.contract.model_io import ModelIO
+from server.core.cache import VersionCache
 from server.core.observability.stats import ModelStats
 from server.core.serving import DecoupledRouter, Scheduler
 from server.core.serving.reshape import Reshape
@@ -46,6 +47,7 @@ class ModelVersion:
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
     router: DecoupledRouter | None = None  # a decoupled model's responses go through it
     reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
+    cache: VersionCache | None = None  # its response cache, when the server and config enable it
 
     @property
     def on_device(self) -> bool:

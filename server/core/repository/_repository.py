@@ -22,6 +22,7 @@ from server.contract.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from server.core.cache import ResponseCache, version_cache
 from server.core.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
 from server.core.repository._budget import MemoryBudget, Resident, choose_evictions
 from server.core.repository._config import read_config
@@ -49,8 +50,10 @@ class Repository:
         load_concurrency: int = 4,
         budget: MemoryBudget | None = None,
         completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._roots = tuple(roots)
+        self._cache = cache  # the server's response cache, for the versions that enable it
         self._completion = completion  # what model files may fill into configs
         self._load_concurrency = max(load_concurrency, 1)
         self._budget = budget
@@ -172,6 +175,10 @@ class Repository:
         built = await build_model(
             name, path, self._peers, override, entry.ready, completion=self._completion
         )
+        for built_version in built.ready.values():
+            built_version.cache = version_cache(
+                self._cache, built_version.config, built_version.version
+            )
         if built.failures and entry.ready:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)

@@ -15,6 +15,7 @@ from backends import BackendError, TensorMap
 from batching import Parameters, RequestResult, SequenceStep
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferOptions
+from server.core.cache import VersionCache
 from server.core.observability.stats import ModelStats
 from server.core.serving.reshape import Reshape
 
@@ -106,4 +107,9 @@ class Servable(Protocol):
     @property
     def on_device(self) -> bool:
         """Whether every instance computes on a CUDA device."""
+        ...
+
+    @property
+    def cache(self) -> VersionCache | None:
+        """The response cache its requests go through (None: not cached)."""
         ...

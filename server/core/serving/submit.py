@@ -18,7 +18,10 @@ from batching import QueueFullError, RequestResult, RequestTimeoutError, Sequenc
 from server.contract.datatypes import wire_of
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, model_parameters
+from server.core.cache import Lookup
 from server.core.serving.servable import Servable
+
+CACHE_INSTANCE = "response cache"  # the instance a cache hit names in logs and traces
 
 
 async def submit(
@@ -28,7 +31,12 @@ async def submit(
     options: InferOptions,
 ) -> RequestResult:
     """Run one checked request on a version and count it, success or failure, by Triton's
-    failure reasons."""
+    failure reasons; a request the version's response cache holds is answered from it."""
+    cache, lookup = target.cache, None
+    if cache is not None:
+        lookup = await cache.lookup(arrays, options.parameters)
+        if lookup is not None and lookup.outputs is not None:
+            return _from_cache(target, lookup, batch_size)
     if target.prepare is not None:
         arrays = target.prepare(arrays)
     start_ns = time.monotonic_ns()
@@ -54,10 +62,22 @@ async def submit(
     except Exception:
         target.stats.record_failure(time.monotonic_ns() - start_ns, "OTHER")
         raise
+    if cache is not None and lookup is not None:
+        target.stats.cache_miss.add(await cache.insert(lookup, result.outputs))
     target.stats.record_success(result, time.monotonic_ns() - start_ns)
     if target.reshape is not None:
         return replace(result, outputs=target.reshape.to_config(result.outputs))
     return result
+
+
+def _from_cache(target: Servable, lookup: Lookup, batch_size: int) -> RequestResult:
+    """A hit: a success with no queue, compute or execution, as Triton counts one."""
+    assert lookup.outputs is not None
+    target.stats.record_cache_hit(lookup.lookup_ns, lookup.lookup_ns)
+    outputs = lookup.outputs
+    if target.reshape is not None:
+        outputs = target.reshape.to_config(outputs)
+    return RequestResult(outputs, 0, 0, 0, 0, max(batch_size, 1), CACHE_INSTANCE)
 
 
 async def infer_on(
