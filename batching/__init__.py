@@ -14,6 +14,7 @@ from batching.errors import (
     SequenceError,
 )
 from batching.inflight import InFlight
+from batching.limiter import ExecutionGate, RateLimiter, ResourceWait
 from batching.messages import (
     NO_PARAMETERS,
     ExecutionRecord,
@@ -33,6 +34,7 @@ from batching.policy import (
     next_batch,
 )
 from batching.queue import Queued, RequestQueue
+from batching.rate_limit import ExplicitCount, Needs, parse_explicit
 from batching.sequence import (
     Control,
     ControlKind,
@@ -54,20 +56,25 @@ __all__ = [
     "Control",
     "ControlKind",
     "Decision",
+    "ExecutionGate",
     "ExecutionRecord",
     "Executor",
     "ExecutorContractError",
+    "ExplicitCount",
     "ImplicitState",
     "InFlight",
+    "Needs",
     "Outcome",
     "Parameters",
     "PolicyError",
     "QueueFullError",
     "QueuePolicy",
     "Queued",
+    "RateLimiter",
     "RequestQueue",
     "RequestResult",
     "RequestTimeoutError",
+    "ResourceWait",
     "Selection",
     "SequenceBatcher",
     "SequenceError",
@@ -77,5 +84,6 @@ __all__ = [
     "TensorMap",
     "TimeoutAction",
     "next_batch",
+    "parse_explicit",
     "ready_batch",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
 from batching.inflight import InFlight
+from batching.limiter import ExecutionGate
 from batching.messages import (
     NO_PARAMETERS,
     ExecutionRecord,
@@ -44,6 +45,7 @@ class Batcher:
         executors: Sequence[Executor],
         policy: BatchPolicy,
         observer: Observer | None = None,
+        gate: ExecutionGate | None = None,
     ) -> None:
         if not executors:
             raise ValueError(f"batcher '{name}' needs at least one executor")
@@ -51,6 +53,7 @@ class Batcher:
         self._executors = tuple(executors)
         self._policy = policy
         self._observer = observer
+        self._gate = gate  # the rate limiter an instance asks before it runs (None: never waits)
         self._closed = False
         self._in_flight = InFlight()  # requests accepted and not yet answered
         # Adaptive delay: how much recent waits grew their batches, and since when it is known.
@@ -192,10 +195,15 @@ class Batcher:
                     self._known_wait_gain(now_ns),
                 )
                 self._note_decision(decision, now_ns)
-                if decision.count:
-                    self._dispatch(self._queue.take(decision.count))
+                executor = self._runnable() if decision.count else None
+                if executor is not None:
+                    self._dispatch(self._queue.take(decision.count), executor)
                     continue
+                # Not granted yet: the batch keeps growing until the gate wakes this loop.
                 wait_until_ns = decision.wait_until_ns
+            elif self._gate is not None and not len(self._queue):
+                for idle in self._idle:
+                    self._gate.withdraw(idle)
             await self._sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns())
 
     async def _sleep(self, now_ns: int, *deadlines_ns: int | None) -> None:
@@ -210,8 +218,17 @@ class Batcher:
             self._timer = asyncio.get_running_loop().call_later(delay_s, self._wake.set)
         await self._wake.wait()
 
-    def _dispatch(self, batch: list[Queued]) -> None:
-        executor = self._idle.popleft()
+    def _runnable(self) -> Executor | None:
+        """An idle instance that may run now (the first, without a gate)."""
+        if self._gate is None:
+            return self._idle.popleft()
+        for executor in self._idle:
+            if self._gate.acquire(executor, self._wake.set):
+                self._idle.remove(executor)
+                return executor
+        return None
+
+    def _dispatch(self, batch: list[Queued], executor: Executor) -> None:
         previous = self._last_release
         release: asyncio.Future[None] | None = None
         if self._policy.preserve_ordering:
@@ -280,6 +297,8 @@ class Batcher:
                         )
                     )
         finally:
+            if self._gate is not None:
+                self._gate.release(executor, again=bool(len(self._queue)))
             if release is not None:
                 release.set_result(None)
             if self._retiring:
