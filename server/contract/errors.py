@@ -1,4 +1,9 @@
-"""Errors raised by the server's domain code; each front end maps each to its status code."""
+"""Errors raised by the server's domain code (each front end maps each to its status code),
+and the table of Triton's wordings that clients check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 SERVER_STOPPING = "Server is stopping and accepts no new requests"  # its message, Triton's words
 
@@ -62,3 +67,77 @@ class UnavailableError(ServerError):
 
 class InternalError(ServerError):
     """The core failed in a way the request did not cause (a model failed to run or load)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wording:
+    """A message Triton clients look for, word for word, with the error class whose status
+    (through the front ends' one table) is the one Triton answers it with."""
+
+    error: type[ServerError]
+    text: str  # a str.format template; its fields are named
+
+    def __call__(self, **fields: object) -> ServerError:
+        return self.error(self.text.format(**fields))
+
+
+# Triton's wordings where programs written against Triton check them (the sources are named in
+# each comment; tests/e2e/test_e2e_triton_wordings.py checks every one over both protocols).
+# Where Triton's words end without the reason (a failed poll), ours add it after a colon.
+
+# server:src/grpc/infer_handler.cc, InferGRPCToInput: checked per input before raw counts.
+CONTENTS_WITH_RAW = Wording(
+    InvalidInputError,
+    "contents field must not be specified when using raw_input_contents for '{input}' for "
+    "model '{model}'",
+)
+# server:src/common.cc, GetModelVersionFromString ("stol" is what std::stol's error says).
+VERSION_NOT_A_NUMBER = Wording(
+    InvalidInputError,
+    "failed to get model version from specified version string '{version}' (details: stol), "
+    "version should be an integral value > 0",
+)
+VERSION_NEGATIVE = Wording(
+    InvalidInputError,
+    "invalid model version specified '{version}' , version should be an integral value > 0",
+)
+# core:src/model_repository_manager/model_repository_manager.cc, LoadUnloadModel: a load whose
+# model could not be polled (not in any repository, a malformed `config` override, a bad
+# `file:` parameter, files without a config) is INTERNAL; one that fails to build is
+# INVALID_ARG, one "load failed for model" line per model.
+LOAD_NOT_POLLED = Wording(
+    InternalError, "failed to load '{model}', failed to poll from model repository: {reason}"
+)
+LOAD_FAILED = Wording(ModelLoadFailedError, "load failed for model '{model}': {reason}")
+# server:src/grpc/infer_handler.cc, ParseClassificationParams and InferAllocatorPayload;
+# server:src/http_server.cc, ValidateOutputParameter; server:src/classification.cc,
+# TopkClassifications.
+CLASSIFICATION_NOT_INT64 = Wording(
+    InvalidInputError, "invalid value type for 'classification' parameter, expected int64_param"
+)
+CLASSIFICATION_NOT_POSITIVE = Wording(
+    InvalidInputError, "invalid value for 'classification' parameter, expected >= 0"
+)
+CLASSIFICATION_IN_SHM_GRPC = Wording(
+    InvalidInputError, "output can't set both 'shared_memory_region' and 'classification'"
+)
+CLASSIFICATION_IN_SHM_HTTP = Wording(
+    InvalidInputError, "Output can't set both 'shared_memory_region' and 'classification'"
+)
+CLASSIFICATION_TYPE = Wording(
+    InvalidInputError,
+    "class result not available for output due to unsupported type '{datatype}'",
+)
+
+TRITON_WORDINGS: tuple[Wording, ...] = (
+    CONTENTS_WITH_RAW,
+    VERSION_NOT_A_NUMBER,
+    VERSION_NEGATIVE,
+    LOAD_NOT_POLLED,
+    LOAD_FAILED,
+    CLASSIFICATION_NOT_INT64,
+    CLASSIFICATION_NOT_POSITIVE,
+    CLASSIFICATION_IN_SHM_GRPC,
+    CLASSIFICATION_IN_SHM_HTTP,
+    CLASSIFICATION_TYPE,
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 from backends import BackendError
@@ -22,6 +22,7 @@ from server.contract.requests import InferRequest
 from server.contract.responses import InferOutput, InferResponse
 from server.core.observability.tracing import RequestTracer, TracedRequest
 from server.core.repository import ModelVersion, Repository
+from server.core.serving.classification import check_classification, classified
 from server.core.serving.ensemble import EnsembleResult
 from server.core.serving.submit import submit
 
@@ -81,7 +82,7 @@ class Engine:
         traced = self._tracer is not None and self._tracer.wants(request.carrier)
         if not traced and not _log.isEnabledFor(logging.DEBUG):
             target, result = await self._run(request, target)
-            return _response(target, result.outputs, request.outputs)
+            return _response(target, result.outputs, request)
         wall_offset_ns = time.time_ns() - time.monotonic_ns()
         arrived_ns = time.monotonic_ns()
         try:
@@ -137,7 +138,7 @@ class Engine:
                 ),
                 request.carrier,
             )
-        return _response(target, result.outputs, request.outputs)
+        return _response(target, result.outputs, request)
 
     async def _run(
         self, request: InferRequest, target: ModelVersion | None
@@ -149,6 +150,8 @@ class Engine:
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
+        if request.classification:
+            check_classification(target.io, request.classification)
         with self._in_flight.counted():
             result = await submit(target, arrays, batch_size, request.options)
         return target, result
@@ -165,6 +168,8 @@ class Engine:
             yield await self._infer(request, target), True
             return
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
+        if request.classification:
+            check_classification(target.io, request.classification)
         with self._in_flight.counted():
             stream = target.router.stream(target, arrays, batch_size, request.options)
             async for item in stream:
@@ -176,7 +181,7 @@ class Engine:
                     produced = item.outputs
                     if target.reshape is not None:
                         produced = target.reshape.to_config(produced)
-                    yield _response(target, produced, request.outputs), item.final
+                    yield _response(target, produced, request), item.final
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:
@@ -237,13 +242,13 @@ def _traced(
     )
 
 
-def _response(target: ModelVersion, produced: Any, requested: Sequence[str]) -> InferResponse:
-    names = requested or list(target.io.outputs)
-    return InferResponse(
-        target.name,
-        target.version,
-        [
-            InferOutput(target.io.outputs[name], tuple(produced[name].shape), produced[name])
-            for name in names
-        ],
-    )
+def _response(target: ModelVersion, produced: Any, request: InferRequest) -> InferResponse:
+    names = request.outputs or list(target.io.outputs)
+    outputs = [
+        InferOutput(target.io.outputs[name], tuple(produced[name].shape), produced[name])
+        for name in names
+    ]
+    if request.classification:
+        batched = target.io.max_batch_size > 0
+        outputs = classified(outputs, request.classification, target.labels, batched)
+    return InferResponse(target.name, target.version, outputs)

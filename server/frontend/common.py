@@ -9,21 +9,28 @@ from google.protobuf import json_format
 
 from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
-from server.contract.errors import InvalidInputError
+from server.contract.errors import LOAD_NOT_POLLED
 
-# The protocol extensions both front ends always implement (server metadata advertises them, with
-# HTTP's binary tensor data, and CUDA shared memory where a GPU serves it).
-EXTENSIONS = (
+# Every extension Convoy may advertise, in the order Triton's ServerMetadata lists them
+# (core:src/server.cc).
+TRITON_ORDER = (
+    "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
     "parameters",
     "statistics",
-    "system_shared_memory",
     "trace",
     "logging",
 )
+# The ones both front ends always implement (server metadata advertises them, with HTTP's binary
+# tensor data, and CUDA shared memory where a GPU serves it).
+EXTENSIONS = tuple(e for e in TRITON_ORDER if e not in ("cuda_shared_memory", "binary_tensor_data"))
 
 
 def server_metadata(
@@ -31,31 +38,35 @@ def server_metadata(
 ) -> pb.ServerMetadataResponse:
     """Name, version and the extensions a front end implements; CUDA shared memory by the one
     rule both front ends follow: where a GPU serves it."""
-    cuda = ["cuda_shared_memory"] if cuda_shared_memory else []
+    offered = {*extensions, *(["cuda_shared_memory"] if cuda_shared_memory else [])}
     return pb.ServerMetadataResponse(
-        name="convoy", version=version, extensions=[*extensions, *cuda]
+        name="convoy", version=version, extensions=[e for e in TRITON_ORDER if e in offered]
     )
 
 
 def load_parameters(
     request: pb.RepositoryModelLoadRequest,
 ) -> tuple[mc.ModelConfig | None, dict[str, bytes]]:
-    """RepositoryModelLoad's `config` (JSON ModelConfig) and `file:<version>/<name>` bytes."""
+    """RepositoryModelLoad's `config` (JSON ModelConfig) and `file:<path>` bytes (a path in the
+    model directory)."""
     override = None
     files: dict[str, bytes] = {}
+    model = request.model_name
     for key, value in request.parameters.items():
         if key == "config":
             if value.WhichOneof("parameter_choice") != "string_param":
-                raise InvalidInputError("load parameter 'config' must be a string of JSON")
+                raise LOAD_NOT_POLLED(
+                    model=model, reason="load parameter 'config' must be a string of JSON"
+                )
             try:
                 override = json_format.Parse(value.string_param, mc.ModelConfig())
             except json_format.ParseError as exc:
-                raise InvalidInputError(
-                    f"load parameter 'config' of model '{request.model_name}' is not a valid "
-                    f"JSON ModelConfig: {exc}"
-                ) from exc
+                reason = f"Invalid config override: {exc}"
+                raise LOAD_NOT_POLLED(model=model, reason=reason) from exc
         elif key.startswith("file:"):
             if value.WhichOneof("parameter_choice") != "bytes_param":
-                raise InvalidInputError(f"load parameter '{key}' must carry bytes")
+                raise LOAD_NOT_POLLED(
+                    model=model, reason=f"file parameter '{key}' must have bytes type for its value"
+                )
             files[key.removeprefix("file:")] = value.bytes_param
     return override, files

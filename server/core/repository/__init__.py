@@ -14,6 +14,7 @@ from server.core.repository._budget import (
     footprint_bytes,
 )
 from server.core.repository._config import parse_config, read_config
+from server.core.repository._labels import read_labels
 from server.core.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
 from server.core.repository._repository import (
     Repository,
@@ -21,8 +22,8 @@ from server.core.repository._repository import (
     directory_stamp,
     parse_version,
 )
-from server.core.repository._validate import check_backend, check_signature
-from server.core.repository._versions import list_versions, select_versions
+from server.core.repository._validate import check_backend, check_ensemble, check_signature
+from server.core.repository._versions import is_version_name, list_versions, select_versions
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
@@ -37,15 +38,18 @@ __all__ = [
     "auto_limit_bytes",
     "autocomplete",
     "check_backend",
+    "check_ensemble",
     "check_name",
     "check_signature",
     "choose_evictions",
     "directory_stamp",
     "fill_identity",
     "footprint_bytes",
+    "is_version_name",
     "list_versions",
     "parse_config",
     "parse_version",
     "read_config",
+    "read_labels",
     "select_versions",
 ]

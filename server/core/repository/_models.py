@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -48,6 +48,8 @@ class ModelVersion:
     router: DecoupledRouter | None = None  # a decoupled model's responses go through it
     reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
     cache: VersionCache | None = None  # its response cache, when the server and config enable it
+    # Each labelled output's class labels (its label_filename, line i names class i).
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def on_device(self) -> bool:

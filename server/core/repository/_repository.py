@@ -16,6 +16,10 @@ from pathlib import Path
 
 from proto import model_config_pb2 as mc
 from server.contract.errors import (
+    LOAD_FAILED,
+    LOAD_NOT_POLLED,
+    VERSION_NEGATIVE,
+    VERSION_NOT_A_NUMBER,
     ConfigError,
     InvalidInputError,
     ModelLoadFailedError,
@@ -112,19 +116,18 @@ class Repository:
         check_name(name)
         if files:
             if override is None:
-                raise InvalidInputError(
-                    f"model '{name}': file parameters need a 'config' parameter as well"
+                raise LOAD_NOT_POLLED(
+                    model=name,
+                    reason="load parameter 'config' must be specified for model file override",
                 )
             async with self._lock(name):
                 with tempfile.TemporaryDirectory(prefix="convoy-") as scratch:
-                    path = _write_files(Path(scratch) / name, files)
+                    path = _write_files(name, Path(scratch) / name, files)
                     await self._build_and_swap(name, path, override, stamp=())
             return
         found = self.scan().get(name)
         if found is None:
-            raise ModelNotFoundError(
-                f"failed to load '{name}', failed to poll from model repository"
-            )
+            raise LOAD_NOT_POLLED(model=name, reason="model not found in any model repository")
         await self._load_from(name, found, override)
 
     async def _load_from(
@@ -186,7 +189,7 @@ class Repository:
                 "reload of model '%s' failed, the loaded versions keep serving: %s", name, reason
             )
             self._retire(v for v in built.ready.values() if v not in entry.ready.values())
-            raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+            raise LOAD_FAILED(model=name, reason=reason)
         replaced = [v for k, v in entry.ready.items() if built.ready.get(k) is not v]
         if self._budget is not None:
             fresh = [v for v in built.ready.values() if v not in entry.ready.values()]
@@ -206,7 +209,7 @@ class Repository:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)
             _log.error("model '%s' is unavailable: %s", name, reason)
-            raise ModelLoadFailedError(f"load failed for model '{name}': {reason}")
+            raise LOAD_FAILED(model=name, reason=reason)
 
     async def _make_room(
         self, name: str, fresh: Sequence[ModelVersion], replaced: Sequence[ModelVersion]
@@ -242,11 +245,12 @@ class Repository:
             else ([] if needed <= limit - used else None)
         )
         if victims is None:
-            raise ModelLoadFailedError(
-                f"load failed for model '{name}': it needs {needed} bytes, but only "
-                f"{max(limit - used, 0)} of the {limit}-byte memory budget are free "
-                f"({used} bytes used by {len(residents)} other model(s))"
-                + ("; no idle model can be evicted to make room" if self._budget.evict_lru else "")
+            raise LOAD_FAILED(
+                model=name,
+                reason=f"it needs {needed} bytes, but only {max(limit - used, 0)} of the "
+                f"{limit}-byte memory budget are free ({used} bytes used by {len(residents)} "
+                "other model(s))"
+                + ("; no idle model can be evicted to make room" if self._budget.evict_lru else ""),
             )
         for victim in victims:
             await self._evict(self._models[victim.name], name)
@@ -433,27 +437,37 @@ def directory_stamp(path: Path) -> tuple[object, ...]:
     return tuple(stamp)
 
 
-def _write_files(path: Path, files: Mapping[str, bytes]) -> Path:
-    """Lay out `file:` parameters ("<version>/<name>") as a model directory."""
+def _write_files(name: str, path: Path, files: Mapping[str, bytes]) -> Path:
+    """Lay out `file:` parameters (paths in the model directory, "<version>/<file>" for a
+    version's files) as model `name`'s directory."""
     for key, data in files.items():
-        parts = Path(key).parts
-        if Path(key).is_absolute() or len(parts) < 2 or not parts[0].isdigit() or ".." in parts:
-            raise InvalidInputError(
-                f"file parameter 'file:{key}' must name '<version>/<file>' inside the model"
+        relative = Path(key)
+        if relative.is_absolute() or not relative.parts or ".." in relative.parts:
+            raise LOAD_NOT_POLLED(
+                model=name,
+                reason=f"invalid file parameter 'file:{key}': it must name a file inside the "
+                "model directory",
             )
-        target = path.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        target = path / relative
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError as exc:  # a file where a directory must be, or the reverse
+            raise LOAD_NOT_POLLED(
+                model=name, reason=f"invalid file parameter 'file:{key}': {exc.strerror}"
+            ) from exc
     return path
 
 
 def parse_version(version: str) -> int:
     """A request's model_version string as a number; anything else is a clear error."""
-    if not version.isdigit():
-        raise InvalidInputError(
-            f"model version must be a non-negative integer or empty, got '{version}'"
-        )
-    return int(version)
+    try:
+        number = int(version)
+    except ValueError:
+        raise VERSION_NOT_A_NUMBER(version=version) from None
+    if number < 0:
+        raise VERSION_NEGATIVE(version=version)
+    return number
 
 
 def _reason_suffix(statuses: list[VersionStatus]) -> str:

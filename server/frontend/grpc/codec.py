@@ -9,7 +9,13 @@ import numpy.typing as npt
 
 from proto import grpc_service_pb2 as pb
 from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
-from server.contract.errors import InvalidInputError
+from server.contract.errors import (
+    CLASSIFICATION_IN_SHM_GRPC,
+    CLASSIFICATION_NOT_INT64,
+    CLASSIFICATION_NOT_POSITIVE,
+    CONTENTS_WITH_RAW,
+    InvalidInputError,
+)
 from server.contract.requests import (
     InferInput,
     InferOptions,
@@ -50,17 +56,14 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     regions = [shm_location(t.parameters, t.name) for t in tensors]
     in_band = len(tensors) - sum(1 for r in regions if r is not None)
     if raw:
+        for tensor in tensors:  # before the count, as Triton checks them (clients look for it)
+            if tensor.HasField("contents"):
+                raise CONTENTS_WITH_RAW(input=tensor.name, model=request.model_name)
         if len(raw) != in_band:
             raise InvalidInputError(
                 f"expected {in_band} raw input contents, one per input not in shared memory, "
                 f"but got {len(raw)} for model '{request.model_name}'"
             )
-        for tensor in tensors:
-            if tensor.HasField("contents"):
-                raise InvalidInputError(
-                    f"contents field must not be specified when using raw_input_contents for "
-                    f"'{tensor.name}' for model '{request.model_name}'"
-                )
     decoded = []
     raw_index = 0
     for index, tensor in enumerate(tensors):
@@ -141,13 +144,14 @@ def classification(request: pb.ModelInferRequest) -> dict[str, int]:
             continue
         parameter = output.parameters["classification"]
         choice = parameter.WhichOneof("parameter_choice")
-        count = getattr(parameter, choice) if choice in ("int64_param", "uint64_param") else 0
+        if choice not in ("int64_param", "uint64_param"):
+            raise CLASSIFICATION_NOT_INT64()
+        count = int(getattr(parameter, choice))
         if count <= 0:
-            raise InvalidInputError(
-                f"output '{output.name}': 'classification' must be a positive integer (the "
-                "number of classes to return)"
-            )
-        found[output.name] = int(count)
+            raise CLASSIFICATION_NOT_POSITIVE()
+        if "shared_memory_region" in output.parameters:
+            raise CLASSIFICATION_IN_SHM_GRPC()  # the classes are made from the output's values
+        found[output.name] = count
     return found
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from proto import grpc_service_pb2 as pb
 from server.contract.core import NO_CUDA_SHM, Core
-from server.contract.errors import InvalidInputError, UnsupportedError
+from server.contract.errors import LOAD_NOT_POLLED, InvalidInputError, UnsupportedError
 from server.contract.settings import TraceSettings
 from server.frontend.http.codec import JsonObject, parameters_of, parse_json
 
@@ -78,7 +78,9 @@ def load_request(model: str, body: JsonObject) -> pb.RepositoryModelLoadRequest:
     for key, value in parameters_of(body, f"load of model '{model}'").items():
         if key == "config":
             if not isinstance(value, str):
-                raise InvalidInputError("load parameter 'config' must be a string of JSON")
+                raise LOAD_NOT_POLLED(
+                    model=model, reason="load parameter 'config' must be a string of JSON"
+                )
             request.parameters[key].string_param = value
         elif key.startswith("file:"):
             if not isinstance(value, str):

@@ -12,7 +12,11 @@ import numpy as np
 import numpy.typing as npt
 
 from server.contract.datatypes import BY_WIRE, DataType, array_from_values, decode_raw, encode_raw
-from server.contract.errors import InvalidInputError
+from server.contract.errors import (
+    CLASSIFICATION_IN_SHM_HTTP,
+    CLASSIFICATION_NOT_POSITIVE,
+    InvalidInputError,
+)
 from server.contract.requests import (
     InferInput,
     InferOptions,
@@ -221,9 +225,11 @@ def classification(request: JsonObject) -> dict[str, int]:
         count = parameters["classification"]
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             raise InvalidInputError(
-                f"output '{name}': 'classification' must be a positive integer (the number of "
-                f"classes to return), got {count!r:.80}"
+                f"{CLASSIFICATION_NOT_POSITIVE.text} (the number of classes of output "
+                f"'{name}'), got {count!r:.80}"
             )
+        if "shared_memory_region" in parameters:
+            raise CLASSIFICATION_IN_SHM_HTTP()  # the classes are made from the output's values
         found[name] = count
     return found
 
