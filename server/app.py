@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
 
 from backends import cuda_available
-from server.contract.errors import ModelLoadFailedError, ServerError
+from server.contract.errors import ConfigError, ModelLoadFailedError, ServerError
 from server.contract.logs import LogControl
 from server.contract.settings import FrontEndSettings
 from server.core.cache import open_cache, parse_cache_config
@@ -21,6 +22,7 @@ from server.core.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.core.observability import RequestTracer
 from server.core.repository import MemoryBudget, Repository
 from server.core.shared_memory import CudaSharedMemoryRegistry, SharedMemory, SharedMemoryRegistry
+from server.core.storage import CloudRepositories, Mirror, StorageError, is_cloud
 from server.core.workers import WorkerOptions, WorkerPool, reserve_port
 from server.frontend.process import FrontEnd
 from server.settings import ModelControlMode, ServerSettings
@@ -48,8 +50,17 @@ class App:
             else MemoryBudget(settings.memory_budget_bytes, settings.evict_lru)
         )
         self.cache = open_cache(parse_cache_config(settings.cache_config))
+        # Cloud repositories are served from local copies, removed at stop.
+        self._cloud = CloudRepositories(os.environ)
+        roots: list[Path | Mirror] = []
+        try:
+            for root in settings.model_repositories:
+                roots.append(self._cloud.mirror(root) if is_cloud(root) else Path(root))
+        except StorageError as exc:  # a malformed URL, unreadable credentials, no library
+            self._cloud.close()
+            raise ConfigError(str(exc)) from exc
         self.repository = Repository(
-            tuple(Path(root) for root in settings.model_repositories),
+            roots,
             settings.model_load_threads,
             budget,
             completion=settings.auto_complete,
@@ -170,6 +181,7 @@ class App:
         for reserved in self._reserved:
             reserved.close()
         await self.repository.unload_all(timeout_s=1.0)
+        self._cloud.close()
         if self.cache is not None:
             await self.cache.close()
         self.shared_memory.close()
@@ -188,14 +200,17 @@ class App:
             await self.repository.load_many(self.settings.load_models)
 
     async def _exit_on_failed_loads(self) -> None:
-        """--exit-on-error: a model that failed to load at start stops the server, as Triton's
-        default does; what did load is unloaded first."""
+        """--exit-on-error: a model that failed to load at start, or a cloud repository that
+        could not be read, stops the server, as Triton's default does; what did load is
+        unloaded first."""
+        reasons = [reason for _, reason in self.repository.unavailable()]
         failed = [f"'{name}': {reason}" for name, reason in self.repository.failures()]
         if failed:
+            reasons.append("model(s) failed to load: " + "; ".join(failed))
+        if reasons:
             await self.repository.unload_all(timeout_s=1.0)
-            raise ModelLoadFailedError(
-                "--exit-on-error: model(s) failed to load: " + "; ".join(failed)
-            )
+            self._cloud.close()
+            raise ModelLoadFailedError("--exit-on-error: " + "; ".join(reasons))
 
     async def _poll(self) -> None:
         while True:

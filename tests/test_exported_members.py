@@ -20,6 +20,7 @@ PACKAGES = [
     "server.core.shared_memory",
     "server.core.observability",
     "server.core.metrics",
+    "server.core.storage",
     "server.core.cache",
     "backends.onnxruntime",
     "backends.python",

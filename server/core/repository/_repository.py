@@ -38,7 +38,9 @@ from server.core.repository._models import (
     ModelVersion,
     VersionStatus,
 )
+from server.core.repository._sources import Sources
 from server.core.serving.ensemble import composing_models, is_ensemble
+from server.core.storage import Mirror
 
 _log = logging.getLogger(__name__)
 
@@ -50,13 +52,13 @@ class Repository:
 
     def __init__(
         self,
-        roots: Sequence[Path],
+        roots: Sequence[Path | Mirror],
         load_concurrency: int = 4,
         budget: MemoryBudget | None = None,
         completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
         cache: ResponseCache | None = None,
     ) -> None:
-        self._roots = tuple(roots)
+        self._sources = Sources(roots)  # local directories, and mirrors of cloud repositories
         self._cache = cache  # the server's response cache, for the versions that enable it
         self._completion = completion  # what model files may fill into configs
         self._load_concurrency = max(load_concurrency, 1)
@@ -68,25 +70,18 @@ class Repository:
         self._peers = Peers(self._ready_config, self.get)
 
     def scan(self) -> dict[str, Path]:
-        """Every model directory of every repository; a name in two repositories is an error."""
-        found: dict[str, Path] = {}
-        for root in self._roots:
-            if not root.is_dir():
-                raise ConfigError(f"model repository '{root}' is not a directory")
-            for path in sorted(root.iterdir()):
-                if not path.is_dir() or path.name.startswith("."):
-                    continue
-                if path.name in found:
-                    raise ConfigError(
-                        f"model '{path.name}' is in two repositories: '{found[path.name]}' and "
-                        f"'{path}'; model names must be unique across repositories"
-                    )
-                found[path.name] = path
-        return found
+        """Every model directory of every repository; a name in two repositories is an error.
+        A cloud repository's models are those of its last sync."""
+        return self._sources.scan()
+
+    def unavailable(self) -> list[tuple[str, str]]:
+        """Each cloud repository whose last sync failed, and why."""
+        return self._sources.unavailable()
 
     async def load_many(self, names: Iterable[str] | None = None) -> None:
         """Load the named models (all found when None), in parallel with a bound; failures are
         recorded in the index and never stop the rest."""
+        await self._sources.sync(None if names is None else set(names))
         found = self.scan()
         wanted = sorted(found) if names is None else sorted(set(names))
         gate = asyncio.Semaphore(self._load_concurrency)
@@ -125,7 +120,11 @@ class Repository:
                     path = _write_files(name, Path(scratch) / name, files)
                     await self._build_and_swap(name, path, override, stamp=())
             return
+        await self._sources.sync((name,))
         found = self.scan().get(name)
+        stale = self._sources.stale(found)
+        if stale is not None:  # its cloud repository (or, for a model not found, one) failed
+            raise LOAD_NOT_POLLED(model=name, reason=stale)
         if found is None:
             raise LOAD_NOT_POLLED(model=name, reason="model not found in any model repository")
         await self._load_from(name, found, override)
@@ -156,6 +155,7 @@ class Repository:
             return  # the build reports it
         if config is None or not is_ensemble(config):
             return
+        await self._sources.sync(composing_models(config))
         found = self.scan()
         for model in composing_models(config):
             if model in chain or model == name or self.is_ready(model) or model not in found:
@@ -309,7 +309,9 @@ class Repository:
             _log.info("unloaded model '%s'", name)
 
     async def poll(self) -> None:
-        """Apply what changed on disk: models added, removed or with changed files."""
+        """Apply what changed on disk (a cloud repository's copy synced first): models added,
+        removed or with changed files."""
+        await self._sources.sync()
         found = self.scan()
         for name in sorted(set(self._models) - set(found)):
             await self.unload(name)

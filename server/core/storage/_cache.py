@@ -20,6 +20,7 @@ from server.core.storage._mirror import Mirror, ObjectStore
 from server.core.storage._s3 import S3Store
 from server.core.storage.errors import LocationError
 
+GCS_EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own, for emulators
 MOUNT_VARIABLES = {
     "s3": "TRITON_AWS_MOUNT_DIRECTORY",
     "gs": "TRITON_GCS_MOUNT_DIRECTORY",
@@ -44,7 +45,7 @@ class CloudRepositories:
         if isinstance(credential, S3Credential):
             store = S3Store(location, credential)
         elif isinstance(credential, GcsCredential):
-            store = GcsStore(location, credential)
+            store = GcsStore(location, credential, self._env.get(GCS_EMULATOR_VARIABLE, ""))
         else:
             assert isinstance(credential, AzureCredential)
             store = AzureStore(location, credential)

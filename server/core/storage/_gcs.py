@@ -19,10 +19,13 @@ _READ_ONLY = "https://www.googleapis.com/auth/devstorage.read_only"
 class GcsStore:
     """Lists and downloads the objects below one gs:// location (one sync at a time)."""
 
-    def __init__(self, location: CloudLocation, credential: GcsCredential) -> None:
+    def __init__(
+        self, location: CloudLocation, credential: GcsCredential, emulator: str = ""
+    ) -> None:
         require("google.cloud.storage", "gcs")
         self._location = location
         self._credential = credential
+        self._emulator = emulator  # STORAGE_EMULATOR_HOST: an emulator's URL, reached anonymously
         self._client: Any = None  # made on first use, in the sync thread
 
     @property
@@ -45,16 +48,25 @@ class GcsStore:
 
     def _gcs(self) -> Any:
         if self._client is None:
-            self._client = _client(self._credential)
+            self._client = _client(self._credential, self._emulator)
         return self._client
 
 
-def _client(credential: GcsCredential) -> Any:
-    """The credential file, else Google's default credentials, else anonymous (Triton's order)."""
+def _client(credential: GcsCredential, emulator: str) -> Any:
+    """The credential file, else Google's default credentials, else anonymous (Triton's order);
+    an emulator is reached anonymously."""
     import google.auth
+    from google.auth.credentials import AnonymousCredentials
     from google.auth.exceptions import DefaultCredentialsError
     from google.cloud import storage
 
+    if emulator:
+        anonymous: Any = AnonymousCredentials  # untyped where the stubs are missing
+        return storage.Client(
+            project="convoy",
+            credentials=anonymous(),
+            client_options={"api_endpoint": emulator},
+        )
     if credential.path:
         load: Any = google.auth.load_credentials_from_file  # untyped where the stubs are missing
         found, project = load(credential.path, scopes=[_READ_ONLY])
