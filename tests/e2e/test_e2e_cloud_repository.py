@@ -280,6 +280,33 @@ def test_an_unreadable_s3_repository_leaves_the_other_repositories_serving(
     assert f"model repository '{text}' is unavailable" in server.log()
 
 
+def test_a_repository_unreadable_at_start_is_served_once_a_poll_can_read_it(
+    start_in_process: StartServer, moto: MotoServer, tmp_path: Path
+) -> None:
+    bucket = "convoy-late-bucket"
+    location = f"s3://{moto.host_port}/{bucket}/models"
+    local = _local_repository(tmp_path)
+    server = _serve(
+        start_in_process,
+        moto,
+        location,
+        "--model-repository",
+        str(local),
+        "--model-control-mode",
+        "poll",
+        "--repository-poll-secs",
+        "1",
+    )
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+        _identity_works(client, "local_identity")
+        moto.client().create_bucket(Bucket=bucket)
+        moto.upload(_cloud_repository(tmp_path), bucket, "models")
+        _wait_for(lambda: _safe_ready(client, "simple"), server, "the late repository's models")
+        out, a, b = _simple_output0(client)
+        np.testing.assert_allclose(out, a + b)
+    assert f"model repository '{location}' is available again" in server.log()
+
+
 def test_a_poll_that_cannot_reach_the_endpoint_keeps_the_models_serving(
     start_in_process: StartServer, tmp_path: Path, prefix: str
 ) -> None:
