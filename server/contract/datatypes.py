@@ -15,6 +15,8 @@ from proto import model_config_pb2 as mc
 from server.contract.errors import InvalidInputError
 
 _LENGTH = struct.Struct("<I")
+MAX_DIMS = 64  # NumPy's limit on an array's dimensions
+_MAX_ELEMENTS = 2**48  # far beyond any tensor a request carries, well inside NumPy's limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ def decode_raw(
     name: str, datatype: DataType, shape: tuple[int, ...], data: bytes
 ) -> npt.NDArray[Any]:
     """A raw buffer as an array of `shape`; fixed-size types are zero-copy views."""
-    count = element_count(shape)
+    count = element_count(_checked_shape(f"input '{name}'", shape))
     if datatype.wire == "BYTES":
         return _decode_bytes(name, data, count).reshape(shape)
     expected = count * datatype.item_size_bytes
@@ -100,6 +102,11 @@ def encode_bytes(array: npt.NDArray[Any]) -> bytes:
 
 
 def _decode_bytes(name: str, data: bytes, count: int) -> npt.NDArray[Any]:
+    if count * _LENGTH.size > len(data):  # before allocating: the shape may claim anything
+        raise InvalidInputError(
+            f"input '{name}': {len(data)} bytes cannot hold {count} BYTES elements (each takes "
+            f"at least {_LENGTH.size} bytes for its length)"
+        )
     items = np.empty(count, dtype=object)
     offset = 0
     for index in range(count):
@@ -129,7 +136,7 @@ def array_from_values(
 ) -> npt.NDArray[Any]:
     """Typed values (BYTES as bytes) as an array of `shape`; `where` and `source` name the
     tensor and the field they came from in errors."""
-    count = element_count(shape)
+    count = element_count(_checked_shape(where, shape))
     if len(values) != count:
         raise InvalidInputError(
             f"{where}: {len(values)} {datatype.wire} values in {source}, but shape "
@@ -143,6 +150,21 @@ def array_from_values(
         return np.array(list(values), dtype=datatype.numpy).reshape(shape)
     except (OverflowError, ValueError) as exc:
         raise InvalidInputError(f"{where}: a value does not fit in {datatype.wire}: {exc}") from exc
+
+
+def _checked_shape(where: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape NumPy can hold: at most 64 dimensions, and no more elements than an array can
+    address even when a zero dimension leaves it empty (NumPy checks the other dims' product)."""
+    if len(shape) > MAX_DIMS:
+        raise InvalidInputError(
+            f"{where} has {len(shape)} dimensions; at most {MAX_DIMS} are supported"
+        )
+    span = 1
+    for dim in shape:
+        span *= max(dim, 1)
+    if span > _MAX_ELEMENTS:
+        raise InvalidInputError(f"{where} has shape {list(shape)}, larger than any tensor can be")
+    return shape
 
 
 def element_count(shape: tuple[int, ...]) -> int:
