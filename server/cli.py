@@ -25,6 +25,7 @@ from server.settings import (
     ServerSettings,
     auto_workers,
 )
+from server.tools import TOOL_COMMANDS, run_tool
 
 _log = logging.getLogger("convoy")
 
@@ -348,6 +349,9 @@ async def serve(settings: ServerSettings, logs: LogControl | None = None) -> Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and words[0] in TOOL_COMMANDS:  # `convoy doctor ...`, `convoy profile ...`
+        return run_tool(words)
     args = build_parser().parse_args(argv)
     try:
         settings = settings_from(args)

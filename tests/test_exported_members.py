@@ -22,6 +22,8 @@ PACKAGES = [
     "server.core.metrics",
     "server.core.storage",
     "server.core.cache",
+    "server.tools",
+    "server.tools.doctor",
     "backends.onnxruntime",
     "backends.python",
 ]

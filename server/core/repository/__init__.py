@@ -22,8 +22,8 @@ from server.core.repository._repository import (
     directory_stamp,
     parse_version,
 )
-from server.core.repository._validate import check_backend, check_signature
-from server.core.repository._versions import list_versions, select_versions
+from server.core.repository._validate import check_backend, check_ensemble, check_signature
+from server.core.repository._versions import is_version_name, list_versions, select_versions
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
@@ -38,12 +38,14 @@ __all__ = [
     "auto_limit_bytes",
     "autocomplete",
     "check_backend",
+    "check_ensemble",
     "check_name",
     "check_signature",
     "choose_evictions",
     "directory_stamp",
     "fill_identity",
     "footprint_bytes",
+    "is_version_name",
     "list_versions",
     "parse_config",
     "parse_version",

@@ -18,7 +18,7 @@ def list_versions(model_dir: Path) -> list[int]:
     for child in sorted(model_dir.iterdir()):
         if not child.is_dir():
             continue
-        if child.name.isdigit() and not child.name.startswith("0"):
+        if is_version_name(child.name):
             versions.append(int(child.name))
         else:
             _log.warning(
@@ -28,6 +28,11 @@ def list_versions(model_dir: Path) -> list[int]:
                 child.name,
             )
     return sorted(versions)
+
+
+def is_version_name(name: str) -> bool:
+    """Whether a directory name is a version: a positive integer without leading zeros."""
+    return name.isdigit() and not name.startswith("0")
 
 
 def select_versions(
