@@ -6,7 +6,10 @@ to run (`acquire`), and runs once its resources are granted; they are held for t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -58,14 +61,24 @@ class RateLimiter:
             raise PolicyError(f"{where}: {reason}")
 
     def register(self, executor: object, needs: Needs, wait: ResourceWait) -> None:
-        """An instance from now on; `wait` is its model version's (one per version)."""
-        self._instances[id(executor)] = _Instance(needs, wait)
+        """An instance from now on, until it is garbage (its version unloaded, or the instance
+        retired); `wait` is its model version's (one per version). On the event loop."""
+        ident, instance = id(executor), _Instance(needs, wait)
+        self._instances[ident] = instance
         self._recount()
+        loop = asyncio.get_running_loop()
 
-    def unregister(self, executor: object) -> None:
-        """An instance closing: its grant (if any) goes back."""
-        instance = self._instances.pop(id(executor), None)
-        if instance is not None and instance.granted:
+        def forget() -> None:  # may run on any thread: the last reference may drop anywhere
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to free
+                loop.call_soon_threadsafe(self._forget, ident, instance)
+
+        weakref.finalize(executor, forget)
+
+    def _forget(self, ident: int, instance: _Instance) -> None:
+        if self._instances.get(ident) is not instance:
+            return  # already gone (and the id may be another executor's by now)
+        del self._instances[ident]
+        if instance.granted:
             self._give_back(instance)
         self._recount()
         self._schedule()

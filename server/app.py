@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from backends import cuda_available
+from batching import PolicyError, RateLimiter, parse_explicit
 from server.contract.errors import ConfigError, ModelLoadFailedError, ServerError
 from server.contract.logs import LogControl
 from server.contract.settings import FrontEndSettings
@@ -65,6 +66,7 @@ class App:
             budget,
             completion=settings.auto_complete,
             cache=self.cache,
+            limiter=rate_limiter(settings),
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(
@@ -220,6 +222,17 @@ class App:
             except ServerError as exc:  # e.g. a repository directory gone: try again later
                 _log.error("repository poll failed: %s", exc)
             await self._set_health()
+
+
+def rate_limiter(settings: ServerSettings) -> RateLimiter | None:
+    """The rate limiter `--rate-limit execution_count` asks for (None: off)."""
+    if settings.rate_limit not in ("off", "execution_count"):
+        raise ConfigError(f"--rate-limit {settings.rate_limit}: expected off or execution_count")
+    try:
+        explicit = [parse_explicit(text) for text in settings.rate_limit_resources]
+    except PolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    return RateLimiter(explicit) if settings.rate_limit == "execution_count" else None
 
 
 def front_end_settings(settings: ServerSettings) -> FrontEndSettings:

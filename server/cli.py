@@ -133,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
         "redis,port=P (and user, password, db, connect_timeout, socket_timeout in ms)",
     )
     serve.add_argument(
+        "--rate-limit",
+        choices=["off", "execution_count"],
+        default="off",
+        help="execution_count: instances run only when their instance group's rate_limiter "
+        "resources are free, lower priority values first (default off)",
+    )
+    serve.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        default=[],
+        metavar="NAME:COUNT[:DEVICE]",
+        help="copies of a rate-limiter resource (repeatable; default: the most any instance asks)",
+    )
+    serve.add_argument(
         "--memory-budget",
         type=_budget,
         default=None,
@@ -305,6 +319,8 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         exit_on_error=args.exit_on_error,
         frontend_workers=args.frontend_workers,
         cache_config=tuple(args.cache_config),
+        rate_limit=args.rate_limit,
+        rate_limit_resources=tuple(args.rate_limit_resource),
         log=LogState(
             log_info=args.log_info,
             log_warning=args.log_warning,

@@ -58,6 +58,8 @@ class ServerSettings:
     frontend_workers: int = 0  # front-end worker processes; 0: the front ends run in this one
     worker_arena_bytes: int = DEFAULT_ARENA_BYTES  # each worker's input and output arenas
     cache_config: tuple[str, ...] = ()  # raw --cache-config values (server.core.cache parses)
+    rate_limit: str = "off"  # --rate-limit: off, or execution_count (the rate limiter on)
+    rate_limit_resources: tuple[str, ...] = ()  # raw --rate-limit-resource NAME:COUNT[:DEVICE]
 
 
 def auto_workers(cores: int) -> int:

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from server.core.cache import ResponseCache
 from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_FAMILIES
+from server.core.metrics.limiter import resource_wait_families
 from server.core.metrics.load import load_families
 from server.core.metrics.samplers import CpuSampler, GpuSampler
 from server.core.observability.stats import Histogram
@@ -123,6 +124,7 @@ class StatsCollector(Collector):
         # Runs on the metrics thread: take a snapshot of the versions before walking them.
         versions = [v for entry in self._repository.entries() for v in list(entry.ready.values())]
         yield from self._model_families(versions)
+        yield from resource_wait_families(versions)
         yield from load_families(versions)
         if self._cache is not None:
             yield from self._cache_families(versions, self._cache)

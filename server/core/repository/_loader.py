@@ -28,7 +28,14 @@ from backends import (
     plan_placements,
     prepare_inputs,
 )
-from batching import Batcher, BatchingError, BatchPolicy, Executor, SequenceBatcher
+from batching import (
+    Batcher,
+    BatchingError,
+    BatchPolicy,
+    Executor,
+    RateLimiter,
+    SequenceBatcher,
+)
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError, ServerError
 from server.contract.model_io import ModelIO
@@ -43,6 +50,7 @@ from server.core.repository._autocomplete import (
 from server.core.repository._budget import footprint_bytes
 from server.core.repository._config import read_config
 from server.core.repository._labels import read_labels
+from server.core.repository._limits import instance_needs, register_instances
 from server.core.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
 from server.core.repository._sequence import sequence_policy
 from server.core.repository._validate import (
@@ -88,6 +96,7 @@ async def build_model(
     override: mc.ModelConfig | None = None,
     current: Mapping[int, ModelVersion] | None = None,
     completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
+    limiter: RateLimiter | None = None,
 ) -> Built:
     """Build the versions the policy selects; `current` ones are kept if nothing changed."""
     built = Built()
@@ -110,7 +119,9 @@ async def build_model(
             if is_ensemble(config):
                 loaded = await _ensemble_version(config, version, peers)
             else:
-                loaded = await _build_version(config, path, version, previous, peers, completion)
+                loaded = await _build_version(
+                    config, path, version, previous, peers, completion, limiter
+                )
             loaded.labels = labels
         except (ServerError, BackendError, BatchingError, OSError) as exc:
             built.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
@@ -130,6 +141,7 @@ class _Opening:
     placements: Sequence[Placement]  # an ONNX model's, one per instance; none for Python
     caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
     completion: AutoComplete  # what the model file may fill into the config
+    limiter: RateLimiter | None  # the server's rate limiter (None: off)
 
 
 async def _build_version(
@@ -139,6 +151,7 @@ async def _build_version(
     previous: ModelVersion | None,
     peers: Peers,
     completion: AutoComplete,
+    limiter: RateLimiter | None,
 ) -> ModelVersion:
     model_file = path / str(version) / config.default_model_filename
     if not model_file.is_file():
@@ -151,7 +164,7 @@ async def _build_version(
     # Planned from the config as written: the first instance opens before auto-complete.
     placements = [] if python else plan_placements(config, cuda_device_count())
     opening = _Opening(
-        path, version, model_file, placements, model_caller(peers.resolve), completion
+        path, version, model_file, placements, model_caller(peers.resolve), completion, limiter
     )
     if previous is not None:
         if previous.source == source:
@@ -194,6 +207,7 @@ async def _new_version(
         reshape = Reshape.from_config(effective)
         prepare = _preparation(reshape, strings=not python and _takes_strings(effective))
         await warm_up(effective, path, version, instances, prepare)
+        needs = instance_needs(opening.limiter, effective, placements, instances)
     except BaseException:
         for instance in instances:
             instance.close()
@@ -201,9 +215,10 @@ async def _new_version(
     stats = ModelStats()
     router = DecoupledRouter() if effective.model_transaction_policy.decoupled else None
     executors = [_executor(instance, router) for instance in instances]
+    resource_wait = register_instances(opening.limiter, executors, needs, None)
     label = f"{config.name}:{version}"
     batcher: Batcher | SequenceBatcher = (
-        Batcher(label, executors, policy, stats.record_execution)
+        Batcher(label, executors, policy, stats.record_execution, opening.limiter)
         if sequences is None
         else SequenceBatcher(label, executors, sequences, stats.record_execution)
     )
@@ -225,6 +240,7 @@ async def _new_version(
         prepare=prepare,
         router=router,
         reshape=reshape,
+        resource_wait=resource_wait,
     )
 
 
@@ -328,8 +344,12 @@ async def _resize(
     wanted = len(placements) if placements else _instance_count(effective)
     while len(target.instances) < wanted:
         instance = await _open_instance(effective, opening, len(target.instances))
+        first = len(target.instances)
+        limits = instance_needs(opening.limiter, effective, placements, [instance], first)
         target.instances.append(instance)
-        batcher.add_executor(_executor(instance, target.router))
+        executor = _executor(instance, target.router)
+        register_instances(opening.limiter, [executor], limits, target.resource_wait)
+        batcher.add_executor(executor)
     while len(target.instances) > wanted:
         retired = await batcher.retire_executor()
         closing = next(i for i in target.instances if i is retired)

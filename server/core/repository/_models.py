@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from backends import Instance, TensorMap
+from batching import ResourceWait
 from proto import model_config_pb2 as mc
 from server.contract.model_io import ModelIO
 from server.core.cache import VersionCache
@@ -48,6 +49,7 @@ class ModelVersion:
     router: DecoupledRouter | None = None  # a decoupled model's responses go through it
     reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
     cache: VersionCache | None = None  # its response cache, when the server and config enable it
+    resource_wait: ResourceWait | None = None  # its instances' rate-limiter waits (None: off)
     # Each labelled output's class labels (its label_filename, line i names class i).
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 

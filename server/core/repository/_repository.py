@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from batching import RateLimiter
 from proto import model_config_pb2 as mc
 from server.contract.errors import (
     LOAD_FAILED,
@@ -57,9 +58,11 @@ class Repository:
         budget: MemoryBudget | None = None,
         completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
         cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self._sources = Sources(roots)  # local directories, and mirrors of cloud repositories
         self._cache = cache  # the server's response cache, for the versions that enable it
+        self._limiter = limiter  # the rate limiter every instance registers with (None: off)
         self._completion = completion  # what model files may fill into configs
         self._load_concurrency = max(load_concurrency, 1)
         self._budget = budget
@@ -176,7 +179,13 @@ class Repository:
         if not entry.ready:
             entry.statuses = [VersionStatus(None, ModelState.LOADING)]
         built = await build_model(
-            name, path, self._peers, override, entry.ready, completion=self._completion
+            name,
+            path,
+            self._peers,
+            override,
+            entry.ready,
+            completion=self._completion,
+            limiter=self._limiter,
         )
         for built_version in built.ready.values():
             built_version.cache = version_cache(
