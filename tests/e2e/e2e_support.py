@@ -22,7 +22,7 @@ from onnx import TensorProto
 from tritonclient.grpc import service_pb2
 
 from scripts import models
-from scripts.gen_models import write_example_repository
+from scripts.gen_models import EXAMPLES, write_example_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0
@@ -51,16 +51,7 @@ IDENTITY_TYPES: dict[str, int] = {
 }
 IDENTITY_MAX_BATCH_SIZE = 8
 
-EXAMPLE_MODELS = (
-    "simple",
-    "simple_int32",
-    "mlp",
-    "resnet18",
-    "identity_bytes",
-    "label_head",
-    "preprocess",
-    "classify",
-)
+EXAMPLE_MODELS = tuple(name for name, _ in EXAMPLES)  # the bundled example repository
 AUTOCOMPLETE_MODEL = "auto_simple"  # no config.pbtxt at all
 PARTIAL_CONFIG_MODEL = "partial_mlp"  # a config.pbtxt without inputs or outputs
 PARTIAL_CONFIG_MAX_BATCH_SIZE = 16
