@@ -83,7 +83,11 @@ def _input(value: int) -> dict[str, np.ndarray]:
 
 
 async def _send(
-    batcher: SequenceBatcher, sequence: int | str, value: int, start: bool = False, end: bool = False
+    batcher: SequenceBatcher,
+    sequence: int | str,
+    value: int,
+    start: bool = False,
+    end: bool = False,
 ) -> int:
     result = await batcher.infer(_input(value), 1, sequence=SequenceStep(sequence, start, end))
     assert "STATE_OUT" not in result.outputs  # the state is the server's
