@@ -160,9 +160,7 @@ def http_bodies(draw: Any) -> tuple[bytes, str | None]:
         body["outputs"] = draw(
             st.one_of(
                 st.lists(
-                    st.fixed_dictionaries(
-                        {"name": names}, optional={"parameters": json_values}
-                    ),
+                    st.fixed_dictionaries({"name": names}, optional={"parameters": json_values}),
                     max_size=3,
                 ),
                 json_values,
