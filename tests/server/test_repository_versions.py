@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from proto import model_config_pb2 as mc
-from server.contract.errors import ConfigError
-from server.core.repository import list_versions, select_versions
+from server.contract.errors import ConfigError, InvalidInputError
+from server.core.repository import list_versions, parse_version, select_versions
 
 
 def test_lists_numeric_directories_only(tmp_path: Path) -> None:
@@ -41,3 +41,16 @@ def test_specific_keeps_missing_versions_for_reporting() -> None:
 def test_latest_zero_is_an_error() -> None:
     with pytest.raises(ConfigError, match="num_versions"):
         select_versions("m", _policy("latest { num_versions: 0 }"), [1])
+
+
+def test_version_directories_and_request_versions_take_ascii_digits_only(tmp_path: Path) -> None:
+    arabic_one = "\u0661"  # int() reads it as 1
+    for name in ("2", arabic_one, "\uff13"):  # and a fullwidth 3
+        (tmp_path / name).mkdir()
+    assert list_versions(tmp_path) == [2]
+    assert parse_version("12") == 12
+    for text in (arabic_one, " 3", "+3", "1_0", "", "3 "):
+        with pytest.raises(InvalidInputError, match="failed to get model version"):
+            parse_version(text)
+    with pytest.raises(InvalidInputError, match="invalid model version specified '-2'"):
+        parse_version("-2")

@@ -471,14 +471,14 @@ def _write_files(name: str, path: Path, files: Mapping[str, bytes]) -> Path:
 
 
 def parse_version(version: str) -> int:
-    """A request's model_version string as a number; anything else is a clear error."""
-    try:
-        number = int(version)
-    except ValueError:
-        raise VERSION_NOT_A_NUMBER(version=version) from None
-    if number < 0:
+    """A request's model_version string as a number: ASCII digits, as Triton's grammar has
+    them (int() alone would take spaces, underscores, '+' and other scripts' digits)."""
+    digits = version[1:] if version.startswith("-") else version
+    if not (digits.isascii() and digits.isdigit()):
+        raise VERSION_NOT_A_NUMBER(version=version)
+    if version.startswith("-"):
         raise VERSION_NEGATIVE(version=version)
-    return number
+    return int(version)
 
 
 def _reason_suffix(statuses: list[VersionStatus]) -> str:

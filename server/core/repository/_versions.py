@@ -32,7 +32,8 @@ def list_versions(model_dir: Path) -> list[int]:
 
 def is_version_name(name: str) -> bool:
     """Whether a directory name is a version: a positive integer without leading zeros."""
-    return name.isdigit() and not name.startswith("0")
+    # ASCII digits only: str.isdigit() and int() also take other scripts' digits ("\u0661").
+    return name.isascii() and name.isdigit() and not name.startswith("0")
 
 
 def select_versions(
