@@ -1,0 +1,415 @@
+"""Soak: mixed traffic against one Convoy server for a while, then what was sent, answered and
+failed (by status), and the memory (RSS) of every server process at the start and the end.
+
+Traffic, each kind on its own threads, every answer checked against NumPy: unary gRPC on
+`simple`, gRPC streams of several requests (each answered once, matched by id), HTTP/REST, calls
+cancelled by a short client deadline, system shared-memory inputs and outputs, and the stateful
+`accumulate` model over sequences. Beside it the model is reloaded now and then (explicit model
+control) and, with `--frontend-workers`, a worker is killed now and then (the server restarts
+it). A request caught by a reload or a killed worker may fail with UNAVAILABLE (a client retries
+it); anything else, or a wrong or duplicated answer, counts as a fault. Exit status 1 on a fault.
+
+Usage: python scripts/soak.py [--seconds 600] [--frontend-workers 2] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+from scripts.gen_models import write_accumulate, write_simple
+
+SERVING = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
+RETRYABLE = {"StatusCode.UNAVAILABLE", "503", "StatusCode.CANCELLED"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Tally:
+    """Counts per traffic kind and outcome, shared by the threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.faults: list[str] = []
+
+    def add(self, kind: str, outcome: str) -> None:
+        with self._lock:
+            self.counts[(kind, outcome)] += 1
+
+    def fault(self, kind: str, what: str) -> None:
+        with self._lock:
+            self.counts[(kind, "FAULT")] += 1
+            if len(self.faults) < 20:
+                self.faults.append(f"{kind}: {what}")
+
+
+def _inputs(module: Any, rng: np.random.Generator) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    a = rng.random((1, 16), dtype=np.float32)
+    b = rng.random((1, 16), dtype=np.float32)
+    tensors = []
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        tensor = module.InferInput(name, [1, 16], "FP32")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors, a, b
+
+
+def _outcome(tally: Tally, kind: str, error: InferenceServerException) -> None:
+    status = str(error.status())
+    if status in RETRYABLE or "Deadline" in status or "DEADLINE" in status:
+        tally.add(kind, status)
+    else:
+        tally.fault(kind, f"{status} {error.message()}")
+
+
+def _check(tally: Tally, kind: str, result: Any, a: np.ndarray, b: np.ndarray) -> None:
+    if np.array_equal(result.as_numpy("OUTPUT0"), a + b) and np.array_equal(
+        result.as_numpy("OUTPUT1"), a - b
+    ):
+        tally.add(kind, "OK")
+    else:
+        tally.fault(kind, "a wrong answer")
+
+
+def unary(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
+        while not stop.is_set():
+            inputs, a, b = _inputs(grpcclient, rng)
+            try:
+                _check(tally, "unary", client.infer("simple", inputs), a, b)
+            except InferenceServerException as error:
+                _outcome(tally, "unary", error)
+
+
+def http(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with contextlib.closing(httpclient.InferenceServerClient(http_url)) as client:
+        while not stop.is_set():
+            inputs, a, b = _inputs(httpclient, rng)
+            try:
+                _check(tally, "http", client.infer("simple", inputs), a, b)
+            except InferenceServerException as error:
+                _outcome(tally, "http", error)
+
+
+def cancelled(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    """Calls whose deadline is far too short: they are cancelled, the server must not mind."""
+    rng = np.random.default_rng(seed)
+    with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
+        while not stop.is_set():
+            inputs, a, b = _inputs(grpcclient, rng)
+            try:
+                result = client.infer("simple", inputs, client_timeout=0.002)
+                _check(tally, "cancelled", result, a, b)
+            except InferenceServerException as error:
+                _outcome(tally, "cancelled", error)
+            stop.wait(0.01)  # a cancellation now and then, not a flood
+
+
+def streams(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    """Streams of eight requests each; every id answered exactly once."""
+    rng = np.random.default_rng(seed)
+    round_number = 0
+    while not stop.is_set():
+        answers: queue.Queue[Any] = queue.Queue()
+        client = grpcclient.InferenceServerClient(url)
+        sent: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        try:
+            client.start_stream(
+                callback=lambda result, error, sink=answers: sink.put(error or result)
+            )
+            for index in range(8):
+                inputs, a, b = _inputs(grpcclient, rng)
+                request_id = f"{seed}-{round_number}-{index}"
+                sent[request_id] = (a, b)
+                client.async_stream_infer("simple", inputs, request_id=request_id)
+            seen: set[str] = set()
+            for _ in sent:
+                try:
+                    answer = answers.get(timeout=30)
+                except queue.Empty:
+                    tally.fault("stream", "a stream request was never answered")
+                    break
+                if isinstance(answer, InferenceServerException):
+                    _outcome(tally, "stream", answer)
+                    continue
+                request_id = answer.get_response().id
+                if request_id in seen:
+                    tally.fault("stream", f"request {request_id} answered twice")
+                    continue
+                seen.add(request_id)
+                _check(tally, "stream", answer, *sent[request_id])
+        finally:
+            client.stop_stream()
+            client.close()
+        round_number += 1
+
+
+def shared_memory(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    size = 2 * 16 * 4
+    names = (f"soak_in_{seed}", f"soak_out_{seed}")
+    handles = [shm.create_shared_memory_region(n, f"/{n}_{os.getpid()}", size) for n in names]
+    with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
+        try:
+            for name in names:
+                client.register_system_shared_memory(name, f"/{name}_{os.getpid()}", size)
+            while not stop.is_set():
+                a = rng.random((1, 16), dtype=np.float32)
+                b = rng.random((1, 16), dtype=np.float32)
+                shm.set_shared_memory_region(handles[0], [a, b])
+                inputs = []
+                for index, tensor_name in enumerate(("INPUT0", "INPUT1")):
+                    tensor = grpcclient.InferInput(tensor_name, [1, 16], "FP32")
+                    tensor.set_shared_memory(names[0], 64, offset=64 * index)
+                    inputs.append(tensor)
+                outputs = []
+                for index, tensor_name in enumerate(("OUTPUT0", "OUTPUT1")):
+                    output = grpcclient.InferRequestedOutput(tensor_name)
+                    output.set_shared_memory(names[1], 64, offset=64 * index)
+                    outputs.append(output)
+                try:
+                    client.infer("simple", inputs, outputs=outputs)
+                except InferenceServerException as error:
+                    _outcome(tally, "shm", error)
+                    continue
+                got = shm.get_contents_as_numpy(handles[1], np.float32, [2, 16])
+                if np.array_equal(got[0], (a + b)[0]) and np.array_equal(got[1], (a - b)[0]):
+                    tally.add("shm", "OK")
+                else:
+                    tally.fault("shm", "a wrong answer")
+        finally:
+            with contextlib.suppress(InferenceServerException):
+                for name in names:
+                    client.unregister_system_shared_memory(name)
+            for handle in handles:
+                shm.destroy_shared_memory_region(handle)
+
+
+def sequences(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    """Sequences of five requests on `accumulate`; each answer the running total."""
+    sequence = seed * 1_000_000
+    with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
+        while not stop.is_set():
+            sequence += 1
+            total = 0
+            for step in range(5):
+                value = step + 1
+                tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                tensor.set_data_from_numpy(np.array([[value]], np.int32))
+                try:
+                    result = client.infer(
+                        "accumulate",
+                        [tensor],
+                        sequence_id=sequence,
+                        sequence_start=step == 0,
+                        sequence_end=step == 4,
+                    )
+                except InferenceServerException as error:
+                    _outcome(tally, "sequence", error)
+                    break  # a reload ends the sequence: start a new one
+                total += value
+                if int(result.as_numpy("OUTPUT")[0, 0]) == total:
+                    tally.add("sequence", "OK")
+                else:
+                    tally.fault("sequence", f"sequence {sequence}: a wrong running total")
+                    break
+
+
+TRAFFIC: tuple[Callable[[str, str, Tally, threading.Event, int], None], ...] = (
+    unary,
+    http,
+    cancelled,
+    streams,
+    shared_memory,
+    sequences,
+)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def _workers(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"frontend" in command:
+            found.append(child)
+    return found
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _memory(pid: int) -> dict[str, float]:
+    shown = {"core": _rss_mb(pid)}
+    for index, worker in enumerate(sorted(_workers(pid))):
+        shown[f"worker {index}"] = _rss_mb(worker)
+    return shown
+
+
+@contextlib.contextmanager
+def _server(
+    repository: Path, workers: int, log: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
+    command = [
+        sys.executable,
+        "-m",
+        "server",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--frontend-workers",
+        str(workers),
+    ]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = SERVING.search(log.read_text(errors="replace"))
+            if found:
+                yield process, f"127.0.0.1:{found.group(1)}", f"127.0.0.1:{found.group(2)}"
+                return
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise SystemExit(f"the server did not start; its log:\n{log.read_text(errors='replace')}")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _disturb(
+    url: str, process: subprocess.Popen[bytes], workers: int, stop: threading.Event
+) -> Counter[str]:
+    """Reload the model every 20 s and kill a worker every 45 s, until stopped."""
+    done: Counter[str] = Counter()
+    started = time.monotonic()
+    with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
+        next_reload, next_kill = started + 20, started + 45
+        while not stop.wait(1.0):
+            now = time.monotonic()
+            if now >= next_reload:
+                with contextlib.suppress(InferenceServerException):
+                    client.load_model("simple")
+                    done["reloads"] += 1
+                next_reload = now + 20
+            if workers and now >= next_kill:
+                alive = _workers(process.pid)
+                if alive:
+                    os.kill(alive[0], signal.SIGKILL)
+                    done["workers killed"] += 1
+                next_kill = now + 45
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--frontend-workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="threads per traffic kind")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        repository = Path(scratch) / "models"
+        write_simple(repository)
+        write_accumulate(repository)
+        log = Path(scratch) / "server.log"
+        with _server(repository, args.frontend_workers, log) as (process, url, http_url):
+            tally = Tally()
+            stop = threading.Event()
+            threads = [
+                threading.Thread(target=kind, args=(url, http_url, tally, stop, seed), daemon=True)
+                for seed, kind in enumerate(TRAFFIC * args.threads, start=1)
+            ]
+            for thread in threads:
+                thread.start()
+            time.sleep(min(10.0, args.seconds / 10))  # warm-up before the first memory reading
+            before = _memory(process.pid)
+            disturbed: Counter[str] = Counter()
+            disturber = threading.Thread(
+                target=lambda: disturbed.update(
+                    _disturb(url, process, args.frontend_workers, stop)
+                ),
+                daemon=True,
+            )
+            disturber.start()
+            stop.wait(args.seconds)
+            after = _memory(process.pid)
+            stop.set()
+            for thread in (*threads, disturber):
+                thread.join(60)
+            alive = process.poll() is None
+    print(
+        f"soak: {args.seconds:.0f} s, {args.frontend_workers} front-end workers, "
+        f"server alive: {alive}"
+    )
+    print(f"disturbances: {dict(disturbed)}")
+    kinds = sorted({kind for kind, _ in tally.counts})
+    for kind in kinds:
+        outcomes = {outcome: n for (k, outcome), n in sorted(tally.counts.items()) if k == kind}
+        print(f"  {kind:10s} sent {sum(outcomes.values()):7d}  {outcomes}")
+    print(
+        "RSS MB, after warm-up -> end: "
+        + ", ".join(
+            f"{name} {before.get(name, 0):.0f} -> {after.get(name, 0):.0f}" for name in after
+        )
+    )
+    for fault in tally.faults:
+        print(f"FAULT {fault}")
+    return 1 if tally.faults or not alive else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
