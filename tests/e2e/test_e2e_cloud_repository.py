@@ -1,8 +1,8 @@
 """Cloud model repositories end to end: a real S3-compatible server (moto's, in its own process on
 127.0.0.1, IAM authentication on) holds a generated repository; Convoy serves it in the three
 model control modes beside a local one, picks up changed and added objects when polling, and
-names the location when the bucket, the credentials or the endpoint are wrong. gs:// is served
-from gcp-storage-emulator the same way."""
+names the location when the bucket, the credentials or the endpoint are wrong. gs:// and as://
+are served the same way from gcp-storage-emulator and Azurite."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
+from tests.azurite import Azurite, azurite_binary
 from tests.gcs_emulator import GcsEmulator
 from tests.moto_server import MotoServer, free_port
 
@@ -94,7 +95,7 @@ def _local_repository(root: Path) -> Path:
 
 def _serve(
     start_server: StartServer,
-    store: MotoServer | GcsEmulator,
+    store: MotoServer | GcsEmulator | Azurite,
     location: str,
     *flags: str,
     env: dict[str, str] | None = None,
@@ -339,18 +340,36 @@ def test_a_poll_that_cannot_reach_the_endpoint_keeps_the_models_serving(
         own.stop()
 
 
-def test_poll_serves_a_gcs_repository_and_picks_up_an_added_model(
-    start_in_process: StartServer, tmp_path: Path, prefix: str
+def _gcs(log_dir: Path) -> tuple[GcsEmulator, str]:
+    """gcp-storage-emulator: no credentials (the emulator checks none)."""
+    store = GcsEmulator(log_dir / "gcs.log").start()
+    store.client().create_bucket(BUCKET)
+    return store, f"gs://{BUCKET}"
+
+
+def _azure(log_dir: Path) -> tuple[Azurite, str]:
+    """Azurite, reached through AZURE_STORAGE_CONNECTION_STRING (its shared key checked)."""
+    if azurite_binary() is None:
+        pytest.skip("azurite-blob is not installed (npm install -g azurite)")
+    store = Azurite(log_dir / "azurite.log").start()
+    store.client().create_container(BUCKET)
+    return store, f"as://devstoreaccount1/{BUCKET}"
+
+
+@pytest.mark.parametrize("emulated", [_gcs, _azure], ids=["gs", "as"])
+def test_poll_serves_an_emulated_repository_and_picks_up_an_added_model(
+    start_in_process: StartServer,
+    tmp_path: Path,
+    prefix: str,
+    emulated: Callable[[Path], tuple[GcsEmulator | Azurite, str]],
 ) -> None:
-    """gs:// against gcp-storage-emulator (no credentials: the emulator checks none)."""
-    gcs = GcsEmulator(tmp_path / "gcs.log").start()
+    store, bucket = emulated(tmp_path)
     try:
-        gcs.client().create_bucket(BUCKET)
-        gcs.upload(_cloud_repository(tmp_path), BUCKET, prefix)
-        location = f"gs://{BUCKET}/{prefix}"
+        store.upload(_cloud_repository(tmp_path), BUCKET, prefix)
+        location = f"{bucket}/{prefix}"
         server = _serve(
             start_in_process,
-            gcs,
+            store,
             location,
             "--model-control-mode",
             "poll",
@@ -362,12 +381,12 @@ def test_poll_serves_a_gcs_repository_and_picks_up_an_added_model(
             np.testing.assert_allclose(out, a + b)
             added = tmp_path / "added"
             _identity(added, "added")
-            gcs.upload(added, BUCKET, prefix)
+            store.upload(added, BUCKET, prefix)
             _wait_for(lambda: _safe_ready(client, "added"), server, "the added model")
             _identity_works(client, "added")
         assert server.log().count("loaded model 'simple' version 1") == 1
     finally:
-        gcs.stop()
+        store.stop()
 
 
 def _plain_env() -> dict[str, str]:

@@ -1,5 +1,5 @@
 """A cloud repository's local copy (server.core.storage.Mirror) against a real S3-compatible
-server (moto's) and a GCS emulator, each in its own process on 127.0.0.1: what a sync
+server (moto's), a GCS emulator and Azurite, each in its own process on 127.0.0.1: what a sync
 downloads, keeps and removes, and how it fails."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from server.core.storage import CloudRepositories, Mirror, StorageUnavailableError
+from tests.azurite import Azurite, azurite_binary
 from tests.gcs_emulator import GcsEmulator
 from tests.moto_server import MotoServer, free_port
 
@@ -233,3 +234,47 @@ async def test_a_gcs_repository_syncs_against_an_emulator(gcs: GcsEmulator, tmp_
         )
     finally:
         clouds.close()
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    if azurite_binary() is None:
+        pytest.skip("azurite-blob is not installed (npm install -g azurite)")
+    server = Azurite(tmp_path_factory.mktemp("azurite") / "azurite.log").start()
+    server.client().create_container(BUCKET)
+    yield server
+    server.stop()
+
+
+async def test_an_azure_repository_syncs_against_azurite(azurite: Azurite) -> None:
+    """as:// through azure-storage-blob, with AZURE_STORAGE_CONNECTION_STRING naming the
+    endpoint; Azurite checks the shared key's signatures."""
+    container = azurite.client().get_container_client(BUCKET)
+    container.upload_blob("models/a/1/model.onnx", b"A")
+    container.upload_blob("models/b/1/model.onnx", b"B")
+    clouds = CloudRepositories(azurite.env())
+    try:
+        mirror = clouds.mirror(f"as://devstoreaccount1/{BUCKET}/models")
+        await mirror.sync()
+        assert _files(mirror) == {"a/1/model.onnx": b"A", "b/1/model.onnx": b"B"}
+        before = _mtimes(mirror)
+        container.upload_blob("models/a/1/model.onnx", b"A2", overwrite=True)
+        container.delete_blob("models/b/1/model.onnx")
+        await mirror.sync()
+        assert _files(mirror) == {"a/1/model.onnx": b"A2"}
+        assert _mtimes(mirror)["a/1/model.onnx"] != before["a/1/model.onnx"]
+        missing = clouds.mirror("as://devstoreaccount1/convoy-no-such-container/models")
+        with pytest.raises(StorageUnavailableError, match="container 'convoy-no-such-container'"):
+            await missing.sync()
+    finally:
+        clouds.close()
+    wrong = CloudRepositories(
+        {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(key="d3Jvbmc=")}
+    )
+    try:
+        text = f"as://devstoreaccount1/{BUCKET}/models"
+        with pytest.raises(StorageUnavailableError, match="the credentials were refused") as caught:
+            await wrong.mirror(text).sync()
+        assert f"model repository '{text}' is unavailable" in str(caught.value)
+    finally:
+        wrong.close()

@@ -17,12 +17,17 @@ from server.core.storage.errors import StorageUnavailableError
 class AzureStore:
     """Lists and downloads the blobs below one as:// location (one sync at a time)."""
 
-    def __init__(self, location: CloudLocation, credential: AzureCredential) -> None:
+    def __init__(
+        self, location: CloudLocation, credential: AzureCredential, connection_string: str = ""
+    ) -> None:
         require("azure.storage.blob", "azure")
-        if credential.auth_type in ("managed_identity", "default"):
+        if credential.auth_type in ("managed_identity", "default") and not connection_string:
             require("azure.identity", "azure")
         self._location = location
         self._credential = credential
+        # AZURE_STORAGE_CONNECTION_STRING: the account, key and blob endpoint in one (Azure's
+        # tools read it; it reaches a private endpoint such as Azurite); it wins when set.
+        self._connection_string = connection_string
         self._container: Any = None  # made on first use, in the sync thread
 
     @property
@@ -48,7 +53,15 @@ class AzureStore:
 
     def _blobs(self) -> Any:
         if self._container is None:
-            self._container = _container(self._location, self._credential)
+            if self._connection_string:
+                from azure.storage.blob import BlobServiceClient
+
+                service = BlobServiceClient.from_connection_string(
+                    self._connection_string, **_options()
+                )
+                self._container = service.get_container_client(self._location.bucket)
+            else:
+                self._container = _container(self._location, self._credential)
         return self._container
 
 
@@ -74,8 +87,16 @@ def _container(location: CloudLocation, credential: AzureCredential) -> Any:
             "account_name": credential.account or location.account,
             "account_key": credential.key,
         }
-    service = BlobServiceClient(account_url(location, credential), credential=token)
+    service = BlobServiceClient(account_url(location, credential), credential=token, **_options())
     return service.get_container_client(location.bucket)
+
+
+def _options() -> dict[str, Any]:
+    """Bounded waits: the SDK's own retries back off from 15 s, minutes on a dead endpoint."""
+    from azure.storage.blob import ExponentialRetry
+
+    retry = ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=2)
+    return {"retry_policy": retry, "connection_timeout": 5, "read_timeout": 60}
 
 
 @contextlib.contextmanager
@@ -84,6 +105,7 @@ def _errors(location: CloudLocation) -> Iterator[None]:
     from azure.core.exceptions import (
         AzureError,
         ClientAuthenticationError,
+        HttpResponseError,
         ResourceNotFoundError,
     )
 
@@ -92,12 +114,21 @@ def _errors(location: CloudLocation) -> Iterator[None]:
         yield
     except ResourceNotFoundError as error:
         raise StorageUnavailableError(
-            f"{where}: container '{location.bucket}' or a blob in it does not exist: {error}"
+            f"{where}: container '{location.bucket}' or a blob in it does not exist "
+            f"({_first_line(error)})"
         ) from error
-    except ClientAuthenticationError as error:
+    except (ClientAuthenticationError, HttpResponseError) as error:
+        if not isinstance(error, ClientAuthenticationError) and error.status_code not in (401, 403):
+            raise StorageUnavailableError(f"{where}: {_first_line(error)}") from error
         raise StorageUnavailableError(
-            f"{where}: the credentials were refused ({error}); check AZURE_STORAGE_ACCOUNT and "
-            "AZURE_STORAGE_KEY (or AZURE_STORAGE_AUTH_TYPE), or TRITON_CLOUD_CREDENTIAL_PATH"
+            f"{where}: the credentials were refused ({_first_line(error)}); check "
+            "AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY (or AZURE_STORAGE_AUTH_TYPE, "
+            "AZURE_STORAGE_CONNECTION_STRING), or TRITON_CLOUD_CREDENTIAL_PATH"
         ) from error
-    except AzureError as error:
-        raise StorageUnavailableError(f"{where}: {error}") from error
+    except AzureError as error:  # no connection, and the rest
+        raise StorageUnavailableError(f"{where}: {_first_line(error)}") from error
+
+
+def _first_line(error: Exception) -> str:
+    """The service's message without the request id and time lines it appends."""
+    return str(error).partition("\n")[0]

@@ -21,6 +21,7 @@ from server.core.storage._s3 import S3Store
 from server.core.storage.errors import LocationError
 
 GCS_EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own, for emulators
+AZURE_CONNECTION_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"  # Azure's tools' own
 MOUNT_VARIABLES = {
     "s3": "TRITON_AWS_MOUNT_DIRECTORY",
     "gs": "TRITON_GCS_MOUNT_DIRECTORY",
@@ -48,7 +49,7 @@ class CloudRepositories:
             store = GcsStore(location, credential, self._env.get(GCS_EMULATOR_VARIABLE, ""))
         else:
             assert isinstance(credential, AzureCredential)
-            store = AzureStore(location, credential)
+            store = AzureStore(location, credential, self._env.get(AZURE_CONNECTION_VARIABLE, ""))
         variable = MOUNT_VARIABLES[location.scheme]
         mount = self._env.get(variable) or None
         try:
