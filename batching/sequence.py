@@ -32,6 +32,7 @@ import numpy as np
 
 from batching.errors import BatcherClosedError, ExecutorContractError, SequenceError
 from batching.inflight import InFlight
+from batching.limiter import ExecutionGate
 from batching.messages import (
     CORRELATION_ID,
     NO_PARAMETERS,
@@ -191,6 +192,7 @@ class SequenceBatcher:
         executors: Sequence[Executor],
         policy: SequencePolicy,
         observer: Observer | None = None,
+        gate: ExecutionGate | None = None,
     ) -> None:
         if not executors:
             raise ValueError(f"sequence batcher '{name}' needs at least one executor")
@@ -198,6 +200,7 @@ class SequenceBatcher:
         self._initial = tuple(executors)
         self._policy = policy
         self._observer = observer
+        self._gate = gate  # the rate limiter an instance asks before it runs (None: never waits)
         self._closed = False
         self._in_flight = InFlight()
 
@@ -407,10 +410,16 @@ class SequenceBatcher:
                     continue
                 marks = [self._mark(sequence) for sequence in lane.slots]
                 selection = ready_batch(marks, self._policy, now_ns)
-                if selection.positions:
+                if selection.positions and self._may_run(lane):
                     self._dispatch(lane, selection.positions)
+                elif not selection.positions and self._gate is not None:
+                    self._gate.withdraw(lane.executor)
+                # Not granted yet: the slots keep filling until the gate wakes this loop.
                 deadlines.append(selection.wait_until_ns)
             await self._sleep(now_ns, deadlines)
+
+    def _may_run(self, lane: _Lane) -> bool:
+        return self._gate is None or self._gate.acquire(lane.executor, self._wake.set)
 
     def _mark(self, sequence: _Sequence | None) -> tuple[int, int] | None:
         request = None if sequence is None else sequence.ready()
@@ -531,6 +540,9 @@ class SequenceBatcher:
                 if request.end and not sequence.requests:
                     self._release(sequence)
             lane.busy = False
+            if self._gate is not None:
+                more = any(self._mark(sequence) is not None for sequence in lane.slots)
+                self._gate.release(lane.executor, again=more)
             self._wake.set()
 
     def _inputs(self, sequence: _Sequence, request: _Request) -> dict[str, Any]:

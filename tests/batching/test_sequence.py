@@ -12,7 +12,10 @@ import pytest
 from batching import (
     BatcherClosedError,
     ExecutionRecord,
+    Needs,
     Parameters,
+    RateLimiter,
+    ResourceWait,
     SequenceBatcher,
     SequenceError,
     SequencePolicy,
@@ -262,3 +265,46 @@ async def test_stop_refuses_new_requests() -> None:
     await batcher.stop(1.0)
     with pytest.raises(BatcherClosedError):
         await _send(batcher, 1, 1, start=True)
+
+
+class Timed(Accumulator):
+    """An accumulator that records when each execution starts and ends."""
+
+    def __init__(self, name: str, timeline: list[tuple[str, str]]) -> None:
+        super().__init__(name, delay_s=0.005)
+        self.timeline = timeline
+
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Result:
+        self.timeline.append(("start", self.name))
+        try:
+            return await super().execute(requests, parameters, device_outputs)
+        finally:
+            self.timeline.append(("end", self.name))
+
+
+async def test_sequence_batchers_wait_for_the_rate_limiters_resources() -> None:
+    """Two stateful models sharing one resource of count 1 never execute at the same time."""
+    limiter, timeline = RateLimiter(), []
+    batchers = []
+    for name in ("a", "b"):
+        executor = Timed(name, timeline)
+        limiter.register(executor, Needs({("R", -1): 1}), ResourceWait())
+        batchers.append(SequenceBatcher(name, [executor], _policy(), gate=limiter))
+        await batchers[-1].start()
+
+    async def run(batcher: SequenceBatcher, sequence: int) -> list[int]:
+        return [await _send(batcher, sequence, 1, step == 0, step == 4) for step in range(5)]
+
+    answers = await asyncio.gather(*(run(b, s) for b in batchers for s in (1, 2)))
+    assert all(totals == [1, 2, 3, 4, 5] for totals in answers)
+    running = 0
+    for event, _ in timeline:
+        running += 1 if event == "start" else -1
+        assert running <= 1
+    for batcher in batchers:
+        await batcher.stop(1.0)
