@@ -220,9 +220,7 @@ async def _new_version(
     batcher: Batcher | SequenceBatcher = (
         Batcher(label, executors, policy, stats.record_execution, opening.limiter)
         if sequences is None
-        else SequenceBatcher(
-            label, executors, sequences, stats.record_execution, opening.limiter
-        )
+        else SequenceBatcher(label, executors, sequences, stats.record_execution, opening.limiter)
     )
     await batcher.start()
     _log.info(
