@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -267,6 +268,36 @@ def test_exit_on_error_stops_a_start_whose_s3_repository_cannot_be_read(
     assert f"model repository '{text}' is unavailable" in done.stderr
     assert words in done.stderr
     assert list(mount.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("location", "module", "extra"),
+    [
+        ("s3://bucket/models", "boto3", "s3"),
+        ("gs://bucket/models", "google.cloud.storage", "gcs"),
+        ("as://account/container/models", "azure.storage.blob", "azure"),
+    ],
+)
+def test_a_missing_storage_library_names_the_extra_to_install(
+    location: str, module: str, extra: str
+) -> None:
+    """Run where the library cannot be imported (None in sys.modules blocks it)."""
+    argv = ["server", *serve_command(location)[3:]]
+    code = (
+        f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = {argv!r}; "
+        "runpy.run_module('server', run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=_plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"need the '{module}' package" in done.stderr
+    assert f"pip install 'convoy[{extra}]'" in done.stderr
 
 
 def test_an_unreadable_s3_repository_leaves_the_other_repositories_serving(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 from server.core.storage.errors import MissingLibraryError
 
@@ -10,13 +10,13 @@ _SCHEMES = {"s3": "s3://", "gcs": "gs://", "azure": "as://"}
 
 
 def require(module: str, extra: str) -> None:
-    """Raise MissingLibraryError unless `module` can be imported."""
+    """Import `module` (at start, so that a missing library stops it rather than a sync), or
+    raise MissingLibraryError."""
     try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a parent package is missing
-        found = False
-    if not found:
+        importlib.import_module(module)
+    except ImportError as exc:
         raise MissingLibraryError(
-            f"{_SCHEMES[extra]} model repositories need the '{module}' package, which is not "
-            f"installed: pip install 'convoy[{extra}]' (or 'convoy[cloud]' for every cloud)"
-        )
+            f"{_SCHEMES[extra]} model repositories need the '{module}' package, which cannot be "
+            f"imported ({exc}): pip install 'convoy[{extra}]' (or 'convoy[cloud]' for every "
+            "cloud)"
+        ) from exc
