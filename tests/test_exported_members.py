@@ -24,6 +24,7 @@ PACKAGES = [
     "server.core.cache",
     "server.tools",
     "server.tools.doctor",
+    "server.tools.profile",
     "backends.onnxruntime",
     "backends.python",
 ]

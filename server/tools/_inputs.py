@@ -29,12 +29,16 @@ def sample_inputs(
         dims = (shapes or {}).get(tensor.name)
         if dims is None:
             dims = tuple(VARIABLE_DIM if dim < 0 else dim for dim in tensor.dims)
-        shape = (*batch, *dims)
-        dtype = BY_CONFIG[tensor.data_type].numpy
-        if dtype == np.dtype(object):
-            arrays[tensor.name] = np.full(shape, b"0", dtype=object)
-        elif dtype.kind == "f":
-            arrays[tensor.name] = rng.random(shape).astype(dtype)
-        else:
-            arrays[tensor.name] = rng.integers(0, 2, size=shape).astype(dtype)
+        arrays[tensor.name] = sample_array(BY_CONFIG[tensor.data_type].numpy, (*batch, *dims), rng)
     return arrays
+
+
+def sample_array(
+    dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator
+) -> npt.NDArray[np.generic]:
+    """Seeded data of one tensor: floats in [0, 1), integers 0 or 1, BYTES b"0"."""
+    if dtype == np.dtype(object):
+        return np.full(shape, b"0", dtype=object)
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    return rng.integers(0, 2, size=shape).astype(dtype)
