@@ -63,6 +63,7 @@ BUSY_SLEEP_S = 0.05  # one execution of the busy model
 BUSY_CAPACITY = 4  # one instance x max_batch_size 4
 IDLE_MODELS = ("simple", "idle_a", "idle_b")
 PROBE_PERIOD_S = 0.1  # the test's readiness probe (Kubernetes: periodSeconds, here shortened)
+FAILURE_THRESHOLD = 2  # the readiness probe's failureThreshold, as in the Deployment
 PRESTOP_S = 0.5  # the Deployment's preStop sleep (10 s), shortened like the probe
 SCRAPE_S = 1
 ATTEMPTS = 6  # a client's tries per request
@@ -169,7 +170,7 @@ class Replica:
             )
 
     def ready(self) -> bool:
-        return _get(f"http://{self.address}:{self.http_port}/v2/health/ready", 0.5)[0] == 200
+        return _get(f"http://{self.address}:{self.http_port}/v2/health/ready", 1.0)[0] == 200
 
     def wait_ready(self, timeout_s: float = 60.0) -> float:
         def ready() -> bool:
@@ -263,9 +264,14 @@ class Balancer:
         return (self._root / "error.log").read_text(errors="replace")
 
     def _follow(self) -> None:
-        # The endpoints controller: a replica is in rotation while its readiness probe passes.
+        # The endpoints controller: a replica leaves the rotation after FAILURE_THRESHOLD failed
+        # readiness probes in a row (a slow answer on a busy machine is not a drain), and comes
+        # back after one that passes, as the Deployment's readinessProbe.
+        failures = dict.fromkeys((r.pod for r in self._replicas), 0)
         while not self._stop.wait(PROBE_PERIOD_S):
-            ready = {r.pod for r in self._replicas if r.ready()}
+            for replica in self._replicas:
+                failures[replica.pod] = 0 if replica.ready() else failures[replica.pod] + 1
+            ready = {pod for pod, failed in failures.items() if failed < FAILURE_THRESHOLD}
             with self._lock:
                 ready -= self._terminating
                 if ready == self._in_rotation:
