@@ -2,7 +2,7 @@
 
 The public surface is the instance contract (`Instance`, `ExecutionResult`), the signature a
 model file declares (`ModelSignature`), where arrays and instances live (`Device`, `Placement`), and
-the ONNX Runtime backend.
+the ONNX Runtime, Python, PyTorch and OpenVINO backends.
 """
 
 from backends.assemble import ArrayNamespace, concat_inputs, split_outputs
@@ -38,7 +38,9 @@ from backends.onnxruntime import (
     prepare_inputs,
     read_onnx_signature,
 )
+from backends.openvino import OpenVinoInstance, OpenVinoSettings
 from backends.python import ModelCaller, PythonInstance, PythonSettings
+from backends.pytorch import TorchInstance, TorchSettings, torch_placements
 
 __all__ = [
     "ArrayNamespace",
@@ -53,6 +55,8 @@ __all__ = [
     "ModelCaller",
     "ModelLoadError",
     "ModelSignature",
+    "OpenVinoInstance",
+    "OpenVinoSettings",
     "OrtInstance",
     "OrtSettings",
     "Parameters",
@@ -62,6 +66,8 @@ __all__ = [
     "Response",
     "TensorMap",
     "TensorSignature",
+    "TorchInstance",
+    "TorchSettings",
     "concat_inputs",
     "cuda_available",
     "cuda_device_count",
@@ -75,5 +81,6 @@ __all__ = [
     "prepare_inputs",
     "read_onnx_signature",
     "split_outputs",
+    "torch_placements",
     "usable_cores",
 ]

@@ -20,7 +20,9 @@ step() {
     echo "    ${name}: ok ($((SECONDS - start_s)) s)"
 }
 
-step "pip install -e .[dev]" python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# The pytorch and openvino extras too: their backends' tests must run here, not skip.
+step "pip install -e .[dev,pytorch,openvino]" python -m pip install --quiet \
+    --disable-pip-version-check -e '.[dev,pytorch,openvino]'
 step "ruff check" ruff check .
 step "ruff format --check" ruff format --check .
 step "lint-imports" lint-imports

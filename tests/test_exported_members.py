@@ -27,6 +27,8 @@ PACKAGES = [
     "server.tools.profile",
     "backends.onnxruntime",
     "backends.python",
+    "backends.pytorch",
+    "backends.openvino",
 ]
 
 

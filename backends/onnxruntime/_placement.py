@@ -31,10 +31,13 @@ class Placement:
     note: str = ""  # why the instance is not where its group asked (logged as a warning)
 
 
-def plan_placements(config: mc.ModelConfig, cuda_device_count: int) -> list[Placement]:
+def plan_placements(
+    config: mc.ModelConfig, cuda_device_count: int, default_cpu_count: int = DEFAULT_CPU_COUNT
+) -> list[Placement]:
     """One placement per instance, by Triton's rules: KIND_GPU runs `count` instances on each
     listed GPU (every GPU when none is listed), KIND_CPU `count` on CPU, KIND_AUTO as KIND_GPU
-    where a GPU is available, else on CPU. No groups at all means one KIND_AUTO instance.
+    where a GPU is available, else on CPU. No groups at all means one KIND_AUTO instance. A CPU
+    group without a count runs `default_cpu_count` (two for ONNX Runtime, one for the others).
 
     Instances of a group alternate between its GPUs (count outer, GPUs inner), as Triton creates
     them, so that a light load spreads over the devices. Pure: pass the device count.
@@ -51,7 +54,7 @@ def plan_placements(config: mc.ModelConfig, cuda_device_count: int) -> list[Plac
         )
         count = group.count
         if count < 1:
-            count = _DEFAULT_GPU_COUNT if devices[0].is_cuda else DEFAULT_CPU_COUNT
+            count = _DEFAULT_GPU_COUNT if devices[0].is_cuda else default_cpu_count
         auto = group.kind == _Group.KIND_AUTO
         for _ in range(count):
             placements.extend(Placement(name, device, auto, note) for device in devices)

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 
 import onnxruntime as ort
 
+from backends.config import bool_parameter, instance_count, int_parameter, string_parameters
 from backends.device import usable_cores
-from backends.errors import ModelLoadError
 from proto import model_config_pb2 as mc
 
 # Instances a CPU (or KIND_AUTO) group runs when it gives no count: two, as Triton's ORT backend.
 DEFAULT_CPU_COUNT = 2
 _SPINNING = "session.intra_op.allow_spinning"  # ONNX Runtime's session config key, used as is
-_BOOLS = {"1": True, "true": True, "0": False, "false": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +36,15 @@ class OrtSettings:
     @classmethod
     def from_config(cls, config: mc.ModelConfig, cores: int | None = None) -> OrtSettings:
         """The settings of `config`'s sessions; `cores` defaults to `usable_cores()`."""
-        params = {key: value.string_value for key, value in config.parameters.items()}
-        share = max(1, (usable_cores() if cores is None else cores) // _instance_count(config))
+        params = string_parameters(config)
+        instances = instance_count(config, DEFAULT_CPU_COUNT)
+        share = max(1, (usable_cores() if cores is None else cores) // instances)
         return cls(
-            intra_op_threads=_int_param(config.name, params, "intra_op_thread_count", share),
-            inter_op_threads=_int_param(config.name, params, "inter_op_thread_count", share),
-            parallel_execution=_int_param(config.name, params, "execution_mode", 0) == 1,
+            intra_op_threads=int_parameter(config.name, params, "intra_op_thread_count", share),
+            inter_op_threads=int_parameter(config.name, params, "inter_op_thread_count", share),
+            parallel_execution=int_parameter(config.name, params, "execution_mode", 0) == 1,
             optimize_graph=config.optimization.graph.level != -1,
-            allow_spinning=_bool_param(config.name, params, _SPINNING),
+            allow_spinning=bool_parameter(config.name, params, _SPINNING),
         )
 
     def session_options(self) -> ort.SessionOptions:
@@ -63,43 +63,3 @@ class OrtSettings:
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
         return options
-
-
-def _instance_count(config: mc.ModelConfig) -> int:
-    """The instances `config`'s groups state, on any device (one when it has no groups): the
-    sessions that share the cores. A GPU group without GPUs listed counts once, not per GPU; the
-    intra-op threads of a CUDA session hardly matter."""
-    if not config.instance_group:
-        return 1
-    total = 0
-    for group in config.instance_group:
-        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
-            total += max(1, group.count) * max(1, len(group.gpus))
-        else:
-            total += group.count if group.count >= 1 else DEFAULT_CPU_COUNT
-    return total
-
-
-def _int_param(model: str, params: dict[str, str], key: str, default: int) -> int:
-    raw = params.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ModelLoadError(
-            f"model '{model}': parameter '{key}' must be an integer, got '{raw}'"
-        ) from None
-    if value < 0:
-        raise ModelLoadError(f"model '{model}': parameter '{key}' must be >= 0, got {value}")
-    return value
-
-
-def _bool_param(model: str, params: dict[str, str], key: str) -> bool:
-    raw = params.get(key, "")
-    value = _BOOLS.get(raw.strip().lower() or "0")
-    if value is None:
-        raise ModelLoadError(
-            f"model '{model}': parameter '{key}' must be 0, 1, false or true, got '{raw}'"
-        )
-    return value

@@ -129,7 +129,11 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
             "sequence_batching { } model_transaction_policy { decoupled: true }",
             "decoupled model with sequence_batching is not supported",
         ),
-        ('platform: "pytorch_libtorch"', "backend 'pytorch_libtorch' is not supported"),
+        ('platform: "tensorrt_plan"', "backend 'tensorrt_plan' is not supported"),
+        (
+            'backend: "openvino" instance_group [ { kind: KIND_GPU } ]',
+            "openVINO backend supports only CPU device",
+        ),
         (
             'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] '
             'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }] '

@@ -15,6 +15,19 @@ ONNX_BACKEND = "onnxruntime"
 ONNX_DEFAULT_FILENAME = "model.onnx"
 PYTHON_BACKEND = "python"
 PYTHON_DEFAULT_FILENAME = "model.py"
+PYTORCH_PLATFORM = "pytorch_libtorch"
+PYTORCH_BACKEND = "pytorch"
+PYTORCH_DEFAULT_FILENAME = "model.pt"
+OPENVINO_BACKEND = "openvino"
+OPENVINO_DEFAULT_FILENAME = "model.xml"  # with model.bin beside it
+# Backend -> its platform, as Triton pairs them (a config may give either); None: no platform.
+_PLATFORMS = {ONNX_BACKEND: ONNX_PLATFORM, PYTORCH_BACKEND: PYTORCH_PLATFORM}
+_DEFAULT_FILENAMES = {
+    ONNX_BACKEND: ONNX_DEFAULT_FILENAME,
+    PYTHON_BACKEND: PYTHON_DEFAULT_FILENAME,
+    PYTORCH_BACKEND: PYTORCH_DEFAULT_FILENAME,
+    OPENVINO_BACKEND: OPENVINO_DEFAULT_FILENAME,
+}
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config default-max-batch-size
 
 
@@ -43,14 +56,12 @@ def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
         pass  # no backend and no model file: the steps run other models
     elif not done.backend and not done.platform:
         done.backend, done.platform = ONNX_BACKEND, ONNX_PLATFORM
-    elif done.platform == ONNX_PLATFORM and not done.backend:
-        done.backend = ONNX_BACKEND
-    elif done.backend == ONNX_BACKEND and not done.platform:
-        done.platform = ONNX_PLATFORM
-    if not done.default_model_filename and done.backend == ONNX_BACKEND:
-        done.default_model_filename = ONNX_DEFAULT_FILENAME
-    if not done.default_model_filename and done.backend == PYTHON_BACKEND:
-        done.default_model_filename = PYTHON_DEFAULT_FILENAME
+    elif not done.backend:
+        done.backend = next((b for b, p in _PLATFORMS.items() if p == done.platform), "")
+    elif not done.platform:
+        done.platform = _PLATFORMS.get(done.backend, "")
+    if not done.default_model_filename:
+        done.default_model_filename = _DEFAULT_FILENAMES.get(done.backend, "")
     if not done.HasField("version_policy"):
         done.version_policy.latest.num_versions = 1
     return done

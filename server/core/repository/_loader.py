@@ -1,8 +1,9 @@
 """Building a model's versions: config, instances, warmup and a scheduler per version.
 
 A build never touches what is serving: it returns new versions (or the current ones, kept or
-resized in place when nothing else changed) for the repository to swap in. ONNX and Python
-models get instances and a dynamic batcher; an ensemble gets a step scheduler over its peers.
+resized in place when nothing else changed) for the repository to swap in. ONNX Runtime,
+PyTorch, OpenVINO and Python models get instances and a batcher; an ensemble gets a step
+scheduler over its peers.
 """
 
 from __future__ import annotations
@@ -19,13 +20,9 @@ from backends import (
     Instance,
     ModelCaller,
     ModelSignature,
-    OrtSettings,
     Placement,
     PythonInstance,
     PythonSettings,
-    cuda_device_count,
-    load_instance,
-    plan_placements,
     prepare_inputs,
 )
 from batching import (
@@ -46,6 +43,13 @@ from server.core.repository._autocomplete import (
     AutoComplete,
     autocomplete,
     fill_identity,
+)
+from server.core.repository._backends import (
+    default_instance_count,
+    detect_backend,
+    device_count,
+    open_instance,
+    plan,
 )
 from server.core.repository._budget import footprint_bytes
 from server.core.repository._config import read_config
@@ -102,7 +106,7 @@ async def build_model(
     built = Built()
     try:
         raw = override if override is not None else read_config(path) or mc.ModelConfig()
-        config = fill_identity(raw, name)
+        config = fill_identity(detect_backend(raw, path), name)
         check_backend(config)
         versions = select_versions(name, config.version_policy, list_versions(path))
     except (ServerError, OSError) as exc:
@@ -138,7 +142,7 @@ class _Opening:
     path: Path  # the model directory
     version: int
     model_file: Path
-    placements: Sequence[Placement]  # an ONNX model's, one per instance; none for Python
+    placements: Sequence[Placement]  # one per instance; none for Python
     caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
     completion: AutoComplete  # what the model file may fill into the config
     limiter: RateLimiter | None  # the server's rate limiter (None: off)
@@ -160,9 +164,8 @@ async def _build_version(
     source = VersionSource(
         config.SerializeToString(deterministic=True), (info.st_size, info.st_mtime_ns)
     )
-    python = config.backend == PYTHON_BACKEND
     # Planned from the config as written: the first instance opens before auto-complete.
-    placements = [] if python else plan_placements(config, cuda_device_count())
+    placements = plan(config)
     opening = _Opening(
         path, version, model_file, placements, model_caller(peers.resolve), completion, limiter
     )
@@ -268,7 +271,8 @@ async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) 
 
 
 async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) -> Instance:
-    """Instance `index` of a version: a Python worker, or an ONNX session where planned."""
+    """Instance `index` of a version: a Python worker, or an ONNX Runtime, PyTorch or OpenVINO
+    instance where planned."""
     name = f"{config.name}_{opening.version}_{index}"
     if config.backend == PYTHON_BACKEND:
         return await asyncio.to_thread(
@@ -281,11 +285,7 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
             opening.caller,
         )
     return await asyncio.to_thread(
-        load_instance,
-        name,
-        opening.model_file,
-        OrtSettings.from_config(config),
-        opening.placements[index],
+        open_instance, config, name, opening.model_file, opening.placements[index]
     )
 
 
@@ -299,9 +299,13 @@ def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
 def _complete(
     config: mc.ModelConfig, signature: ModelSignature, completion: AutoComplete
 ) -> mc.ModelConfig:
-    if config.backend == PYTHON_BACKEND:  # Triton's default: one instance for other backends
-        return autocomplete(config, signature, completion, default_instance_count=1)
-    return autocomplete(config, signature, completion, cuda_device_count=cuda_device_count())
+    return autocomplete(
+        config,
+        signature,
+        completion,
+        default_instance_count=default_instance_count(config),
+        cuda_device_count=device_count(config),
+    )
 
 
 def _preparation(reshape: Reshape | None, strings: bool) -> Prepare | None:

@@ -9,21 +9,33 @@ from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
 from server.contract.datatypes import wire_name
 from server.contract.errors import ConfigError
-from server.core.repository._autocomplete import ONNX_BACKEND, ONNX_PLATFORM, PYTHON_BACKEND
+from server.core.repository._autocomplete import (
+    ONNX_BACKEND,
+    ONNX_PLATFORM,
+    OPENVINO_BACKEND,
+    PYTHON_BACKEND,
+    PYTORCH_BACKEND,
+    PYTORCH_PLATFORM,
+)
 from server.core.repository._sequence import sequence_tensors
 from server.core.serving.ensemble import ENSEMBLE_PLATFORM, is_ensemble
 
 
 def check_backend(config: mc.ModelConfig) -> None:
-    """ONNX, Python and ensemble models are served; any other backend is a clear load error."""
+    """ONNX, Python, PyTorch, OpenVINO and ensemble models are served; any other backend is a
+    clear load error."""
     onnx = config.backend == ONNX_BACKEND and config.platform in ("", ONNX_PLATFORM)
     python = config.backend == PYTHON_BACKEND and not config.platform
-    if not (onnx or python or (is_ensemble(config) and not config.backend)):
+    pytorch = config.backend == PYTORCH_BACKEND and config.platform in ("", PYTORCH_PLATFORM)
+    openvino = config.backend == OPENVINO_BACKEND and not config.platform
+    served = onnx or python or pytorch or openvino
+    if not (served or (is_ensemble(config) and not config.backend)):
         kind = config.backend or config.platform
         raise ConfigError(
             f"model '{config.name}': backend '{kind}' is not supported (supported: backend "
-            f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTHON_BACKEND}", '
-            f'platform "{ENSEMBLE_PLATFORM}")'
+            f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTORCH_BACKEND}" / '
+            f'platform "{PYTORCH_PLATFORM}", backend "{OPENVINO_BACKEND}", backend '
+            f'"{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
         )
     if config.HasField("sequence_batching") and config.model_transaction_policy.decoupled:
         raise ConfigError(
@@ -41,6 +53,11 @@ def check_backend(config: mc.ModelConfig) -> None:
             raise ConfigError(
                 f"model '{config.name}': instance group '{group.name}' asks for a GPU; "
                 "Python models run on CPU"
+            )
+        if openvino and (group.kind == mc.ModelInstanceGroup.KIND_GPU or group.gpus):
+            raise ConfigError(
+                f"unable to load model '{config.name}', Triton openVINO backend supports only "
+                f"CPU device (instance group '{group.name}' asks for a GPU)"
             )
         if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
             raise ConfigError(

@@ -1,0 +1,123 @@
+"""The project's ONNX models as TorchScript and OpenVINO IR, made by the frameworks themselves:
+the same weights and the same graph, so one client call gets the same answer from each backend.
+
+TorchScript comes from tracing a module that runs the ONNX graph's nodes with torch operators
+(the few ops `scripts/models.py` builds); OpenVINO IR from `openvino.convert_model` on the ONNX
+file, saved with full-precision weights. torch and openvino are imported only here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def openvino_available() -> bool:
+    return importlib.util.find_spec("openvino") is not None
+
+
+def save_torchscript(model: onnx.ModelProto, examples: list[np.ndarray], path: Path) -> Path:
+    """Trace `model` run by torch on `examples` (one array per graph input) and save it; the
+    traced module's inputs and outputs are positional (config names `INPUT__0`, `OUTPUT__0`)."""
+    torch = importlib.import_module("torch")
+    module = _onnx_module(torch, model)
+    with torch.no_grad():
+        traced = torch.jit.trace(module, tuple(torch.from_numpy(e) for e in examples))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    traced.save(str(path))
+    return path
+
+
+def save_simple_torchscript(path: Path) -> Path:
+    """Triton's "simple" scripted from Python: forward(INPUT0, INPUT1) -> (sum, difference), so
+    a config names its inputs after forward's arguments."""
+    torch = importlib.import_module("torch")
+
+    class Simple(torch.nn.Module):  # type: ignore[misc, name-defined]
+        # Unannotated arguments are Tensors to TorchScript (it reads type comments, so none).
+        def forward(self, INPUT0, INPUT1):
+            return INPUT0 + INPUT1, INPUT0 - INPUT1
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.script(Simple()).save(str(path))
+    return path
+
+
+def save_openvino_ir(onnx_path: Path, xml_path: Path) -> Path:
+    """`onnx_path` converted by OpenVINO and saved as `xml_path` plus the .bin beside it, weights
+    kept in FP32 (OpenVINO compresses them to FP16 by default)."""
+    ov = importlib.import_module("openvino")
+    xml_path.parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
+    return xml_path
+
+
+def _onnx_module(torch: Any, model: onnx.ModelProto) -> Any:
+    functional = torch.nn.functional
+    graph = model.graph
+    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in graph.initializer}
+    inputs = [value.name for value in graph.input if value.name not in weights]
+    outputs = [value.name for value in graph.output]
+
+    def attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
+        for found in node.attribute:
+            if found.name == name:
+                return onnx.helper.get_attribute_value(found)
+        return default
+
+    def run(node: onnx.NodeProto, args: list[Any]) -> Any:
+        op = node.op_type
+        if op == "Conv":
+            pads = attribute(node, "pads", [0, 0, 0, 0])
+            return functional.conv2d(
+                args[0],
+                args[1],
+                args[2],
+                stride=attribute(node, "strides", [1, 1]),
+                padding=pads[:2],
+            )
+        if op == "MaxPool":
+            return functional.max_pool2d(
+                args[0],
+                attribute(node, "kernel_shape", [1, 1]),
+                stride=attribute(node, "strides", [1, 1]),
+                padding=attribute(node, "pads", [0, 0, 0, 0])[:2],
+            )
+        if op == "Gemm":
+            return args[0] @ args[1] + args[2]
+        if op == "GlobalAveragePool":
+            return args[0].mean(dim=(2, 3), keepdim=True)
+        if op == "Flatten":
+            return torch.flatten(args[0], attribute(node, "axis", 1))
+        if op == "ArgMax":
+            return torch.argmax(args[0], dim=attribute(node, "axis", 0), keepdim=True)
+        simple = {"Relu": torch.relu, "Add": torch.add, "Sub": torch.sub, "Identity": torch.clone}
+        if op in simple:
+            return simple[op](*args)
+        raise ValueError(f"no torch operator for ONNX op {op}")
+
+    class OnnxGraph(torch.nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            for index, value in enumerate(weights.values()):
+                self.register_buffer(f"w{index}", value)
+            self._names = {name: f"w{index}" for index, name in enumerate(weights)}
+
+        def forward(self, *arrays: Any) -> Any:
+            values: dict[str, Any] = dict(zip(inputs, arrays, strict=True))
+            values.update({name: getattr(self, attr) for name, attr in self._names.items()})
+            for node in graph.node:
+                values[node.output[0]] = run(node, [values[name] for name in node.input])
+            found = tuple(values[name] for name in outputs)
+            return found[0] if len(found) == 1 else found
+
+    return OnnxGraph().eval()

@@ -1,0 +1,96 @@
+"""Which backend runs a model version's instances: where they go, how many a group runs by
+default, which GPUs the completed config may report, and how one instance opens."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from backends import (
+    Instance,
+    OpenVinoInstance,
+    OrtSettings,
+    Placement,
+    TorchInstance,
+    cuda_device_count,
+    load_instance,
+    plan_placements,
+    torch_placements,
+)
+from backends.pytorch import torch_cuda_device_count
+from proto import model_config_pb2 as mc
+from server.core.repository._autocomplete import (
+    ONNX_BACKEND,
+    OPENVINO_BACKEND,
+    OPENVINO_DEFAULT_FILENAME,
+    PYTHON_BACKEND,
+    PYTORCH_BACKEND,
+    PYTORCH_DEFAULT_FILENAME,
+)
+from server.core.serving.ensemble import is_ensemble
+
+_log = logging.getLogger(__name__)
+
+# Instances a CPU group without a count runs: two for ONNX Runtime, one for the others (Triton).
+_ORT_DEFAULT_COUNT = 2
+
+
+def detect_backend(config: mc.ModelConfig, path: Path) -> mc.ModelConfig:
+    """A config naming no backend or platform gets the one its files show, as Triton's core
+    picks it: `model.pt` is PyTorch, `model.xml` OpenVINO (in any version directory, or as the
+    default_model_filename); anything else stays ONNX Runtime's."""
+    if config.backend or config.platform or is_ensemble(config):
+        return config
+    for backend, filename in (
+        (PYTORCH_BACKEND, PYTORCH_DEFAULT_FILENAME),
+        (OPENVINO_BACKEND, OPENVINO_DEFAULT_FILENAME),
+    ):
+        named = config.default_model_filename == filename
+        if named or any(version.joinpath(filename).is_file() for version in _versions(path)):
+            detected = mc.ModelConfig()
+            detected.CopyFrom(config)
+            detected.backend = backend
+            return detected
+    return config
+
+
+def _versions(path: Path) -> list[Path]:
+    return [entry for entry in path.iterdir() if entry.is_dir() and entry.name.isdigit()]
+
+
+def plan(config: mc.ModelConfig) -> list[Placement]:
+    """One placement per instance from the config as written; none for Python models, whose
+    count the completed config gives."""
+    if config.backend == PYTHON_BACKEND:
+        return []
+    if config.backend == PYTORCH_BACKEND:
+        return torch_placements(config)
+    if config.backend == OPENVINO_BACKEND:
+        return plan_placements(config, 0, default_cpu_count=1)  # CPU only, as in Triton
+    return plan_placements(config, cuda_device_count())
+
+
+def default_instance_count(config: mc.ModelConfig) -> int:
+    return _ORT_DEFAULT_COUNT if config.backend == ONNX_BACKEND else 1
+
+
+def device_count(config: mc.ModelConfig) -> int:
+    """The CUDA devices this backend can use, for KIND_AUTO groups in the completed config."""
+    if config.backend == ONNX_BACKEND:
+        return cuda_device_count()
+    if config.backend == PYTORCH_BACKEND:
+        return torch_cuda_device_count()
+    return 0
+
+
+def open_instance(
+    config: mc.ModelConfig, name: str, model_file: Path, placement: Placement
+) -> Instance:
+    """Open one ONNX Runtime, PyTorch or OpenVINO instance where `placement` says; blocking."""
+    if config.backend == PYTORCH_BACKEND:
+        if placement.note:
+            _log.warning("%s (instance '%s')", placement.note, name)
+        return TorchInstance.load(name, model_file, config, placement.device)
+    if config.backend == OPENVINO_BACKEND:
+        return OpenVinoInstance.load(name, model_file, config)
+    return load_instance(name, model_file, OrtSettings.from_config(config), placement)
