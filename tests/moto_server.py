@@ -67,21 +67,28 @@ class MotoServer:
                 self.stop()
                 raise RuntimeError(f"moto did not start; log:\n{self.log_path.read_text()}")
             time.sleep(0.05)
-        iam = self.client("iam", "bootstrap", "bootstrap")  # any key while auth is off
-        iam.create_user(UserName="convoy")
-        policy = {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
-        }
-        iam.put_user_policy(UserName="convoy", PolicyName="all", PolicyDocument=json.dumps(policy))
-        key = iam.create_access_key(UserName="convoy")["AccessKey"]
-        self.key_id, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
-        request = urllib.request.Request(
-            f"{self.endpoint}/moto-api/reset-auth",
-            data=b"0",
-            headers={"Content-Type": "text/plain"},
-        )
-        urllib.request.urlopen(request, timeout=5, context=self._tls()).close()  # checked from now
+        try:
+            iam = self.client("iam", "bootstrap", "bootstrap")  # any key while auth is off
+            iam.create_user(UserName="convoy")
+            policy = {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+            }
+            iam.put_user_policy(
+                UserName="convoy", PolicyName="all", PolicyDocument=json.dumps(policy)
+            )
+            key = iam.create_access_key(UserName="convoy")["AccessKey"]
+            self.key_id, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
+            request = urllib.request.Request(
+                f"{self.endpoint}/moto-api/reset-auth",
+                data=b"0",
+                headers={"Content-Type": "text/plain"},
+            )
+            # From now on, every request must be signed with a key of this server's IAM.
+            urllib.request.urlopen(request, timeout=5, context=self._tls()).close()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _answers(self) -> bool:
