@@ -82,6 +82,11 @@ def check_request(
     for name in outputs:
         if name not in io.outputs:
             raise InvalidInputError(f"unexpected inference output '{name}' for model '{io.model}'")
+    if len(set(outputs)) != len(outputs):  # each would be answered again: bounded by the model
+        repeated = sorted({name for name in outputs if outputs.count(name) > 1})
+        raise InvalidInputError(
+            f"outputs {repeated} are requested more than once for model '{io.model}'"
+        )
     return arrays, batch_size
 
 
