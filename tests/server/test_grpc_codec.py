@@ -45,15 +45,15 @@ def test_bytes_round_trip_with_empty_and_binary_elements() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "expected"),
+    ("data", "count", "expected"),
     [
-        (b"\x05\x00", "no room for the 4-byte length"),
-        (struct.pack("<I", 10) + b"abc", "declares 10 bytes"),
-        (struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"bc", "left over"),
+        (b"\x05\x00", 1, "2 bytes cannot hold 1 BYTES elements"),  # before allocating
+        (struct.pack("<I", 5) + b"abcde" + b"\x00\x00", 2, "no room for the 4-byte length"),
+        (struct.pack("<I", 10) + b"abc", 1, "declares 10 bytes"),
+        (struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"bc", 1, "left over"),
     ],
 )
-def test_malformed_bytes_are_rejected(data: bytes, expected: str) -> None:
-    count = 2 if expected == "left over" else 1
+def test_malformed_bytes_are_rejected(data: bytes, count: int, expected: str) -> None:
     with pytest.raises(InvalidInputError, match=expected):
         decode_raw("x", BY_WIRE["BYTES"], (count,), data)
 
