@@ -49,9 +49,11 @@ SIMPLE_CONFIG = (
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log").start()
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    server.stop()
+    try:
+        server.client().create_bucket(Bucket=BUCKET)
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -374,7 +376,11 @@ def test_a_poll_that_cannot_reach_the_endpoint_keeps_the_models_serving(
 def _gcs(log_dir: Path) -> tuple[GcsEmulator, str]:
     """gcp-storage-emulator: no credentials (the emulator checks none)."""
     store = GcsEmulator(log_dir / "gcs.log").start()
-    store.client().create_bucket(BUCKET)
+    try:
+        store.client().create_bucket(BUCKET)
+    except BaseException:
+        store.stop()
+        raise
     return store, f"gs://{BUCKET}"
 
 
@@ -383,7 +389,11 @@ def _azure(log_dir: Path) -> tuple[Azurite, str]:
     if azurite_binary() is None:
         pytest.skip("azurite-blob is not installed (npm install -g azurite)")
     store = Azurite(log_dir / "azurite.log").start()
-    store.client().create_container(BUCKET)
+    try:
+        store.client().create_container(BUCKET)
+    except BaseException:
+        store.stop()
+        raise
     return store, f"as://devstoreaccount1/{BUCKET}"
 
 

@@ -20,9 +20,11 @@ BUCKET = "convoy-mirror"
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log").start()
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    server.stop()
+    try:
+        server.client().create_bucket(Bucket=BUCKET)
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -203,9 +205,11 @@ async def test_the_https_endpoint_form_verifies_the_server(tmp_path: Path) -> No
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
     server = GcsEmulator(tmp_path_factory.mktemp("gcs") / "gcs.log").start()
-    server.client().create_bucket(BUCKET)
-    yield server
-    server.stop()
+    try:
+        server.client().create_bucket(BUCKET)
+        yield server
+    finally:
+        server.stop()
 
 
 async def test_a_gcs_repository_syncs_against_an_emulator(gcs: GcsEmulator, tmp_path: Path) -> None:
@@ -241,9 +245,11 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     if azurite_binary() is None:
         pytest.skip("azurite-blob is not installed (npm install -g azurite)")
     server = Azurite(tmp_path_factory.mktemp("azurite") / "azurite.log").start()
-    server.client().create_container(BUCKET)
-    yield server
-    server.stop()
+    try:
+        server.client().create_container(BUCKET)
+        yield server
+    finally:
+        server.stop()
 
 
 async def test_an_azure_repository_syncs_against_azurite(azurite: Azurite) -> None:
