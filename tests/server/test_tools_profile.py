@@ -150,3 +150,13 @@ def test_percentiles_by_nearest_rank() -> None:
     assert percentile_ms(latencies_ns, 99) == 99.0
     assert percentile_ms([3_000_000], 99) == 3.0
     assert percentile_ms([], 99) == 0.0
+
+
+def test_fields_the_user_already_has_are_not_counted_as_changed() -> None:
+    user = parse_config(USER_CONFIG, "test")
+    same = point(10, 5, variant=Variant(instances=1, max_batch_size=16, max_queue_delay_us=0))
+    text = recommended_config(user, Choice(same, True), None, "in process")
+    assert "# convoy profile: changed dynamic_batching max_queue_delay_microseconds: 0\n" in text
+    unchanged = point(10, 5, variant=Variant(instances=1, preferred_batch_size=0))
+    text = recommended_config(user, Choice(unchanged, True), None, "in process")
+    assert "# convoy profile: changed nothing\n" in text

@@ -38,15 +38,28 @@ def rows(points: Sequence[Point], choice: Choice | None) -> list[tuple[str, ...]
     ]
 
 
-def changes(variant: Variant) -> list[str]:
-    """The fields a variant sets, as config.pbtxt spells them."""
+def changes(raw: mc.ModelConfig, variant: Variant) -> list[str]:
+    """The fields a variant sets to a value other than the user's, as config.pbtxt spells them."""
+    batching = raw.dynamic_batching
     named = (
-        ("instance_group count", variant.instances),
-        ("max_batch_size", variant.max_batch_size),
-        ("dynamic_batching preferred_batch_size", variant.preferred_batch_size),
-        ("dynamic_batching max_queue_delay_microseconds", variant.max_queue_delay_us),
+        ("instance_group count", variant.instances, {g.count for g in raw.instance_group}),
+        ("max_batch_size", variant.max_batch_size, {raw.max_batch_size}),
+        ("dynamic_batching preferred_batch_size", variant.preferred_batch_size, _preferred(raw)),
+        (
+            "dynamic_batching max_queue_delay_microseconds",
+            variant.max_queue_delay_us,
+            {batching.max_queue_delay_microseconds},
+        ),
     )
-    return [f"{name}: {value}" for name, value in named if value != KEEP]
+    return [
+        f"{name}: {value}" for name, value, before in named if value != KEEP and {value} != before
+    ]
+
+
+def _preferred(raw: mc.ModelConfig) -> set[object]:
+    """The user's preferred sizes as a variant spells one: 0 for none, the size for one."""
+    sizes = tuple(raw.dynamic_batching.preferred_batch_size)
+    return {sizes[0] if len(sizes) == 1 else sizes or 0}
 
 
 def summary(choice: Choice, latency_p99_ms: float | None) -> str:
@@ -72,7 +85,7 @@ def recommended_config(
     lines = [
         f"# convoy profile: {summary(choice, latency_p99_ms)}",
         f"# convoy profile: measured {measured_on}, requests of batch 1",
-        "# convoy profile: changed " + ("; ".join(changes(choice.point.variant)) or "nothing"),
+        "# convoy profile: changed " + ("; ".join(changes(raw, choice.point.variant)) or "nothing"),
     ]
     if choice.point.execution is not None:
         lines.append(measured_line(choice.point.execution))
