@@ -101,12 +101,71 @@ if "CUDAExecutionProvider" not in session.get_providers():
     )
 EOF
 
+step "execution accelerators (TensorRT) and a PyTorch KIND_GPU instance"
+# TensorRT needs NVIDIA's TensorRT libraries beside onnxruntime-gpu: without them the load error
+# names the package (never a silent fall-back). torch is the machine's own (a CUDA build).
+"${VPY}" - <<'EOF' 2>&1 | tee "${RESULTS}/accelerators.log" || true
+import asyncio
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf import text_format
+
+from backends import CudaOrtInstance, Device, ModelLoadError, OrtSettings, TorchInstance
+from proto import model_config_pb2 as mc
+from scripts import framework_models, models
+
+config = text_format.Parse(
+    'name: "trt" optimization { execution_accelerators { gpu_execution_accelerator [ '
+    '{ name: "tensorrt" parameters { key: "precision_mode" value: "FP16" } '
+    'parameters { key: "max_workspace_size_bytes" value: "1073741824" } } ] } }',
+    mc.ModelConfig(),
+)
+a = np.ones((2, 16), np.float32)
+pair = {"INPUT0": a, "INPUT1": a}
+with tempfile.TemporaryDirectory() as work:
+    path = Path(work) / "model.onnx"
+    onnx.save(models.simple(), path)
+    try:
+        instance = CudaOrtInstance.open("trt_1_0", path, OrtSettings.from_config(config), 0)
+    except ModelLoadError as exc:
+        print("tensorrt accelerator: load error:", exc)
+    else:
+        assert instance is not None, "no CUDA session"
+        print("tensorrt accelerator: session providers", instance.providers)
+        result = asyncio.run(instance.execute([pair]))
+        print("tensorrt accelerator: OUTPUT0 ok:", np.allclose(result.responses[0]["OUTPUT0"], 2))
+        instance.close()
+    framework_models.save_simple_torchscript(Path(work) / "model.pt")
+    pt = text_format.Parse(
+        'name: "pt" max_batch_size: 8 '
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, '
+        '{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ] '
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, '
+        '{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]',
+        mc.ModelConfig(),
+    )
+    torch_instance = TorchInstance.load("pt_1_0", Path(work) / "model.pt", pt, Device.cuda(0))
+    host = asyncio.run(torch_instance.execute([pair, pair]))
+    device = asyncio.run(torch_instance.execute([pair], device_outputs=True))
+    print(
+        "pytorch KIND_GPU: host outputs ok:",
+        all(np.allclose(r["OUTPUT0"], 2) for r in host.responses),
+        "device output from:",
+        type(device.responses[0]["OUTPUT0"]).__module__,
+    )
+    torch_instance.close()
+EOF
+
 step "GPU tests"
 # A failure is reported at the end: the benchmark still runs, a device run is precious.
 tests_rc=0
 "${VPY}" -m pytest -q -rs -p no:cacheprovider \
     tests/backends/test_device.py tests/backends/test_gpu_placement.py \
     tests/backends/test_gpu_instance.py tests/backends/test_ort_instance.py \
+    tests/backends/test_ort_accelerators.py \
     tests/server/test_cuda_shm.py tests/e2e/test_e2e_ensemble.py 2>&1 | tee "${RESULTS}/pytest.log" || tests_rc=$?
 
 step "example models served, GPU metrics"

@@ -29,6 +29,7 @@ from backends.device import (
     preload_cuda_libraries,
 )
 from backends.errors import ModelLoadError
+from backends.onnxruntime._accelerators import check_available, check_used
 from backends.onnxruntime._instance import (
     Batched,
     OrtInstance,
@@ -98,13 +99,15 @@ class CudaOrtInstance(OrtInstance):
         try:
             stream = new_stream(device_id)
             options = {"device_id": str(device_id), "user_compute_stream": str(stream.ptr)}
+            # TensorRT first where the accelerators ask for it, on the same device and stream.
+            providers = settings.accelerators.gpu_providers((CUDA_PROVIDER, options))
+            check_available(f"instance '{name}'", providers, ort.get_available_providers())
             session = ort.InferenceSession(
-                str(model_path),
-                sess_options=settings.session_options(),
-                providers=[(CUDA_PROVIDER, options), "CPUExecutionProvider"],
+                str(model_path), sess_options=settings.session_options(), providers=providers
             )
             if CUDA_PROVIDER not in session.get_providers():
                 return None
+            check_used(f"instance '{name}'", providers, session.get_providers())
             instance = cls(name, session, read_onnx_signature(session), device_id, stream)
             instance._warm_up()
             return instance

@@ -24,6 +24,7 @@ from backends.base import (
 )
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from backends.onnxruntime._accelerators import check_available, check_used
 from backends.onnxruntime._settings import OrtSettings
 from proto import model_config_pb2 as mc
 
@@ -67,15 +68,17 @@ class OrtInstance:
 
     @classmethod
     def load(cls, name: str, model_path: Path, settings: OrtSettings) -> OrtInstance:
-        """Open a CPU session; blocking, so call it from a thread."""
+        """Open a CPU session (with the OpenVINO provider when the config's accelerators ask
+        for it); blocking, so call it from a thread."""
+        providers = settings.accelerators.cpu_providers()
+        check_available(f"instance '{name}'", providers, ort.get_available_providers())
         try:
             session = ort.InferenceSession(
-                str(model_path),
-                sess_options=settings.session_options(),
-                providers=["CPUExecutionProvider"],
+                str(model_path), sess_options=settings.session_options(), providers=providers
             )
         except Exception as exc:  # ORT raises its own exception types for bad files
             raise ModelLoadError(f"failed to load '{model_path}': {exc}") from exc
+        check_used(f"instance '{name}'", providers, session.get_providers())
         return cls(name, session, read_onnx_signature(session))
 
     @property
@@ -89,6 +92,11 @@ class OrtInstance:
     @property
     def device(self) -> Device:
         return _CPU
+
+    @property
+    def providers(self) -> list[str]:
+        """The execution providers the session really runs with, in ONNX Runtime's order."""
+        return list(self._session.get_providers())
 
     @property
     def provider_options(self) -> dict[str, dict[str, str]]:

@@ -101,6 +101,12 @@ def load_instance(
     if placement.note:
         _log.warning("%s (instance '%s')", placement.note, name)
     if not placement.device.is_cuda:
+        if settings.accelerators.asks_for_gpu:
+            _log.warning(
+                "instance '%s' runs on CPU: its gpu_execution_accelerator applies to GPU "
+                "instances only (as in Triton)",
+                name,
+            )
         return OrtInstance.load(name, model_path, settings)
     device_id = placement.device.id
     if device_id >= cuda_device_count():

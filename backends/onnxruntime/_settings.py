@@ -4,12 +4,13 @@ count."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnxruntime as ort
 
 from backends.config import bool_parameter, instance_count, int_parameter, string_parameters
 from backends.device import usable_cores
+from backends.onnxruntime._accelerators import Accelerators
 from proto import model_config_pb2 as mc
 
 # Instances a CPU (or KIND_AUTO) group runs when it gives no count: two, as Triton's ORT backend.
@@ -32,6 +33,8 @@ class OrtSettings:
     parallel_execution: bool = False  # `execution_mode` 1 runs independent nodes in parallel
     optimize_graph: bool = True  # `optimization { graph { level: -1 } }` turns this off
     allow_spinning: bool = False  # idle intra-op threads spin for work (`session.intra_op...`)
+    # `optimization { execution_accelerators { ... } }`: TensorRT, CUDA options, OpenVINO.
+    accelerators: Accelerators = field(default_factory=Accelerators)
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig, cores: int | None = None) -> OrtSettings:
@@ -45,6 +48,7 @@ class OrtSettings:
             parallel_execution=int_parameter(config.name, params, "execution_mode", 0) == 1,
             optimize_graph=config.optimization.graph.level != -1,
             allow_spinning=bool_parameter(config.name, params, _SPINNING),
+            accelerators=Accelerators.from_config(config),
         )
 
     def session_options(self) -> ort.SessionOptions:

@@ -217,6 +217,23 @@ def _build(repo: Path, work: Path) -> None:
         ir(simple_xml),
     )
     _write(repo, "cross_ensemble", _ensemble(), {})
+    # TensorRT asked for on a CPU instance: ignored there (as in Triton), and the completed
+    # config reports the providers the session really runs with.
+    _write(
+        repo,
+        "ort_tensorrt_on_cpu",
+        _config(
+            "ort_tensorrt_on_cpu",
+            'backend: "onnxruntime"',
+            """\
+            instance_group [ { count: 1 kind: KIND_CPU } ]
+            optimization { execution_accelerators { gpu_execution_accelerator [
+              { name: "tensorrt" parameters { key: "precision_mode" value: "FP16" } }
+            ] } }
+            """,
+        ),
+        {"model.onnx": work / "simple.onnx"},
+    )
     _write_broken(repo, simple_pt, simple_xml)
 
 
@@ -261,6 +278,8 @@ BROKEN_LOADS: dict[str, str] = {
     "ov_bad_hint": "expected the parameter 'PERFORMANCE_HINT' to be "
     "LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got FAST",
     "ov_wrong_dims": "has dims [8] in the config, but the model file expects [16]",
+    "ort_openvino_ep": "needs OpenVINOExecutionProvider, which this ONNX Runtime does not have",
+    "ort_unknown_accelerator": "unknown Execution Accelerator 'tpu' is requested",
 }
 
 
@@ -336,6 +355,17 @@ def _write_broken(repo: Path, simple_pt: Path, simple_xml: Path) -> None:
     ):
         param = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
         _write(repo, name, _config(name, ovb, param), ir)
+    ort = 'backend: "onnxruntime"'
+    simple_onnx = {"model.onnx": repo.parent / "work" / "simple.onnx"}
+    for name, kind, accelerator in (
+        ("ort_openvino_ep", "cpu", "openvino"),
+        ("ort_unknown_accelerator", "gpu", "tpu"),
+    ):
+        asked = (
+            f"optimization {{ execution_accelerators {{ {kind}_execution_accelerator [ "
+            f'{{ name: "{accelerator}" }} ] }} }}\n'
+        )
+        _write(repo, name, _config(name, ort, asked), simple_onnx)
     wrong = SIMPLE_IO.replace("dims: [ 16 ]", "dims: [ 8 ]")
     _write(repo, "ov_wrong_dims", _config("ov_wrong_dims", ovb, "max_batch_size: 8\n" + wrong), ir)
 
@@ -484,6 +514,19 @@ def test_completed_configs_report_backends_and_instances(
         "OUTPUT0",
         "OUTPUT1",
     ]
+
+
+def test_accelerated_config_reports_its_providers(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    config = triton.get_model_config("ort_tensorrt_on_cpu").config
+    providers = config.parameters["convoy_execution_providers"].string_value
+    assert providers == "CPUExecutionProvider"  # a CPU instance: TensorRT applies to GPUs only
+    arrays = _pair(2, seed=2)
+    result = _infer(triton, "ort_tensorrt_on_cpu", arrays)
+    np.testing.assert_allclose(result.as_numpy("OUTPUT0"), arrays["INPUT0"] + arrays["INPUT1"])
+    plain = triton.get_model_config("simple_onnx").config
+    assert "convoy_execution_providers" not in plain.parameters
 
 
 def test_dict_input_and_tuple_output_by_index(triton: grpcclient.InferenceServerClient) -> None:

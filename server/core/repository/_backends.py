@@ -9,6 +9,7 @@ from pathlib import Path
 from backends import (
     Instance,
     OpenVinoInstance,
+    OrtInstance,
     OrtSettings,
     Placement,
     TorchInstance,
@@ -94,3 +95,20 @@ def open_instance(
     if config.backend == OPENVINO_BACKEND:
         return OpenVinoInstance.load(name, model_file, config)
     return load_instance(name, model_file, OrtSettings.from_config(config), placement)
+
+
+# The completed config's report of the providers an accelerated ONNX Runtime session runs with.
+PROVIDERS_PARAMETER = "convoy_execution_providers"
+
+
+def report_providers(config: mc.ModelConfig, instance: Instance) -> mc.ModelConfig:
+    """With execution accelerators, the completed config says which providers the session
+    really runs with (ONNX Runtime's order, comma-separated), checked when it was made."""
+    accelerators = config.optimization.execution_accelerators
+    asked = accelerators.gpu_execution_accelerator or accelerators.cpu_execution_accelerator
+    if not asked or not isinstance(instance, OrtInstance):
+        return config
+    reported = mc.ModelConfig()
+    reported.CopyFrom(config)
+    reported.parameters[PROVIDERS_PARAMETER].string_value = ",".join(instance.providers)
+    return reported

@@ -50,6 +50,7 @@ from server.core.repository._backends import (
     device_count,
     open_instance,
     plan,
+    report_providers,
 )
 from server.core.repository._budget import footprint_bytes
 from server.core.repository._config import read_config
@@ -199,6 +200,7 @@ async def _new_version(
         else:
             instances.append(await _open_instance(config, opening, 0))
             effective = _complete(config, instances[0].signature, opening.completion)
+            effective = report_providers(effective, instances[0])
             check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
         sequences = (
@@ -344,6 +346,7 @@ async def _resize(
     batcher = target.scheduler
     assert isinstance(batcher, Batcher | SequenceBatcher)  # only versions with instances
     effective = _complete(config, target.instances[0].signature, opening.completion)
+    effective = report_providers(effective, target.instances[0])
     placements = opening.placements
     wanted = len(placements) if placements else _instance_count(effective)
     while len(target.instances) < wanted:
