@@ -38,6 +38,7 @@ from server.tools.doctor._findings import Check, Severity
 from server.tools.doctor._signature import backend_fix, diagnose
 
 PYTHON_BACKEND = "python"
+ONNX_BACKEND = "onnxruntime"
 
 
 async def examine_model(name: str, path: Path, settings: DoctorSettings) -> Examined:
@@ -101,6 +102,16 @@ async def _examine_version(
         return
     if config.backend == PYTHON_BACKEND:
         _python_version(examined, config, model_file, settings.completion)
+        return
+    if config.backend != ONNX_BACKEND:
+        examined.add(
+            Severity.INFO,
+            Check.SIGNATURE,
+            f"model '{config.name}': doctor opens ONNX models only; the {config.backend} "
+            "backend's file is not checked against the config",
+            model_file,
+            "",
+        )
         return
     try:
         placements = plan_placements(config, cuda_device_count())
