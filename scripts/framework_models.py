@@ -1,5 +1,6 @@
 """The project's ONNX models as TorchScript and OpenVINO IR, made by the frameworks themselves:
-the same weights and the same graph, so one client call gets the same answer from each backend.
+the same weights and the same graph, so one client call gets the same answer from each backend;
+and the example models that need the pytorch or openvino extras.
 
 TorchScript comes from tracing a module that runs the ONNX graph's nodes with torch operators
 (the few ops `scripts/models.py` builds); OpenVINO IR from `openvino.convert_model` on the ONNX
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from scripts import models
 
 
 def torch_available() -> bool:
@@ -121,3 +124,91 @@ def _onnx_module(torch: Any, model: onnx.ModelProto) -> Any:
             return found[0] if len(found) == 1 else found
 
     return OnnxGraph().eval()
+
+
+SIMPLE_IO = """\
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+"""
+
+
+def write_simple_torchscript(repo: Path) -> Path:
+    """`simple` as TorchScript: the config names forward's arguments; outputs by config order."""
+    config = 'name: "simple_torchscript"\nplatform: "pytorch_libtorch"\n' + SIMPLE_IO
+    model_dir = repo / "simple_torchscript"
+    save_simple_torchscript(model_dir / "1" / "model.pt")
+    (model_dir / "config.pbtxt").write_text(config + "dynamic_batching { }\n", encoding="utf-8")
+    return model_dir
+
+
+def write_simple_openvino(repo: Path) -> Path:
+    """`simple` as OpenVINO IR (model.xml + model.bin), converted from its ONNX file."""
+    model_dir = repo / "simple_openvino"
+    onnx_path = model_dir / "simple.onnx"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(models.simple(), onnx_path)
+    save_openvino_ir(onnx_path, model_dir / "1" / "model.xml")
+    onnx_path.unlink()
+    config = 'name: "simple_openvino"\nbackend: "openvino"\n' + SIMPLE_IO
+    (model_dir / "config.pbtxt").write_text(config + "dynamic_batching { }\n", encoding="utf-8")
+    return model_dir
+
+
+def write_simple_frameworks(repo: Path) -> Path:
+    """An ensemble crossing three frameworks: TorchScript `simple_torchscript` feeds the ONNX
+    `simple`, which feeds `simple_openvino`; OUTPUT0 = 2 (a + b), OUTPUT1 = 2 (a - b)."""
+    steps, feeds = [], ("INPUT0", "INPUT1")
+    for index, model in enumerate(("simple_torchscript", "simple", "simple_openvino")):
+        outs = ("OUTPUT0", "OUTPUT1") if index == 2 else (f"SUM{index}", f"DIFF{index}")
+        steps.append(
+            f'    {{ model_name: "{model}" model_version: -1\n'
+            f'      input_map {{ key: "INPUT0" value: "{feeds[0]}" }}\n'
+            f'      input_map {{ key: "INPUT1" value: "{feeds[1]}" }}\n'
+            f'      output_map {{ key: "OUTPUT0" value: "{outs[0]}" }}\n'
+            f'      output_map {{ key: "OUTPUT1" value: "{outs[1]}" }} }}'
+        )
+        feeds = outs
+    config = (
+        'name: "simple_frameworks"\nplatform: "ensemble"\n'
+        + SIMPLE_IO
+        + "ensemble_scheduling {\n  step [\n"
+        + ",\n".join(steps)
+        + "\n  ]\n}\n"
+    )
+    model_dir = repo / "simple_frameworks"
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(config, encoding="utf-8")
+    return model_dir
+
+
+# name -> (writer, the extras it needs)
+EXAMPLES = (
+    ("simple_torchscript", write_simple_torchscript, ("pytorch",)),
+    ("simple_openvino", write_simple_openvino, ("openvino",)),
+    ("simple_frameworks", write_simple_frameworks, ("pytorch", "openvino")),
+)
+
+
+def write_examples(repo: Path, *, skip_existing: bool = False) -> list[Path]:
+    """The example models needing the pytorch or openvino extras, where they are installed;
+    the others are named with the extra that would bring them."""
+    have = {"pytorch": torch_available(), "openvino": openvino_available()}
+    written = []
+    for name, write, extras in EXAMPLES:
+        missing = [extra for extra in extras if not have[extra]]
+        if missing:
+            hint = ",".join(missing)
+            print(f"skipped {repo / name} (needs pip install 'convoy[{hint}]')")
+        elif skip_existing and (repo / name).exists():
+            print(f"skipped {repo / name} (exists)")
+        else:
+            written.append(write(repo))
+            print(f"wrote   {repo / name}")
+    return written

@@ -1,6 +1,8 @@
 """Write the example model repository: simple, simple_int32, mlp, resnet18, identity_bytes, and
 the seed's pipeline: preprocess (Python backend) -> resnet18 -> label_head, served as `classify`,
 and two stateful (sequence) models: accumulate (ONNX, implicit state) and accumulate_python.
+With the pytorch and openvino extras installed, also `simple` as TorchScript (simple_torchscript)
+and as OpenVINO IR (simple_openvino), and simple_frameworks, an ensemble crossing all three.
 
 Usage: python scripts/gen_models.py [OUT_DIR] [--skip-existing]   (OUT_DIR defaults to `models`)
 """
@@ -19,7 +21,7 @@ if __package__ in (None, ""):
 
 from onnx import TensorProto
 
-from scripts import models
+from scripts import framework_models, models
 
 
 def write_simple(repo: Path) -> Path:
@@ -286,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     write_example_repository(args.out_dir, skip_existing=args.skip_existing)
+    # TorchScript, OpenVINO IR and a cross-framework ensemble, where those extras are installed.
+    framework_models.write_examples(args.out_dir, skip_existing=args.skip_existing)
     return 0
 
 

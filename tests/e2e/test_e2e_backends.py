@@ -24,6 +24,7 @@ from e2e_support import ConvoyServer, StartServer, infer_input
 from tritonclient.utils import InferenceServerException
 
 from scripts import framework_models, models
+from scripts.gen_models import write_simple
 from tests.extras import require_extra
 
 torch = require_extra("torch", "pytorch")
@@ -217,6 +218,8 @@ def _build(repo: Path, work: Path) -> None:
         ir(simple_xml),
     )
     _write(repo, "cross_ensemble", _ensemble(), {})
+    write_simple(repo)  # the example repository's ONNX `simple`, which simple_frameworks uses
+    framework_models.write_examples(repo)
     # TensorRT asked for on a CPU instance: ignored there (as in Triton), and the completed
     # config reports the providers the session really runs with.
     _write(
@@ -514,6 +517,18 @@ def test_completed_configs_report_backends_and_instances(
         "OUTPUT0",
         "OUTPUT1",
     ]
+
+
+def test_example_ensemble_crosses_frameworks(triton: grpcclient.InferenceServerClient) -> None:
+    """scripts/gen_models.py's simple_torchscript -> simple -> simple_openvino, one call."""
+    arrays = _pair(2, seed=5)
+    result = _infer(triton, "simple_frameworks", arrays)
+    a, b = arrays["INPUT0"], arrays["INPUT1"]
+    np.testing.assert_allclose(result.as_numpy("OUTPUT0"), 2 * (a + b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.as_numpy("OUTPUT1"), 2 * (a - b), rtol=1e-5, atol=1e-5)
+    for model in ("simple_torchscript", "simple_openvino"):
+        direct = _infer(triton, model, arrays)
+        np.testing.assert_allclose(direct.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
 
 
 def test_accelerated_config_reports_its_providers(

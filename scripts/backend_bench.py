@@ -1,0 +1,169 @@
+"""The same resnet18 served as ONNX (ONNX Runtime), TorchScript (PyTorch) and OpenVINO IR, each
+against its own framework's in-process ceiling: infer/s and p99 at each concurrency.
+
+Every backend gets the same config (max_batch_size 32, dynamic batching with preferred sizes 8
+and 16 and a 2 ms delay, one CPU instance) and one server of its own; perf_analyzer drives it
+(batch 1 per request, closed loop). The ceiling is the framework alone in this process with its
+default settings, one thread calling it back to back, at its best batch size of 1, 8, 16 and 32.
+The models come from scripts/models.py (TorchScript traced from it, IR converted from it).
+
+Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
+       [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import onnx
+
+from scripts import framework_models, models
+from scripts.bench_drivers import measure_ceiling, run_perf_analyzer, server_process
+from scripts.bench_runs import CONVOY_LINE
+
+BATCH_SIZES = (1, 8, 16, 32)
+CONFIG = """\
+name: "{name}"
+{backend}
+max_batch_size: 32
+input [ {{ name: "{input}" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]
+output [ {{ name: "{output}" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+dynamic_batching {{
+  preferred_batch_size: [ 8, 16 ]
+  max_queue_delay_microseconds: 2000
+}}
+"""
+# backend -> (config's backend line, file name, input name, output name)
+BACKENDS = {
+    "onnxruntime": ('backend: "onnxruntime"', "model.onnx", "input", "output"),
+    "pytorch": ('platform: "pytorch_libtorch"', "model.pt", "INPUT__0", "OUTPUT__0"),
+    "openvino": ('backend: "openvino"', "model.xml", "input", "output"),
+}
+
+
+def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
+    """One repository per backend, each holding resnet18 as that backend's file."""
+    onnx_path = work / "resnet18.onnx"
+    onnx.save_model(models.resnet18(), onnx_path)
+    repos = {}
+    for backend in backends:
+        line, filename, input_name, output_name = BACKENDS[backend]
+        name = f"resnet18_{backend}"
+        repo = work / backend
+        version = repo / name / "1"
+        version.mkdir(parents=True)
+        config = CONFIG.format(name=name, backend=line, input=input_name, output=output_name)
+        (repo / name / "config.pbtxt").write_text(config)
+        target = version / filename
+        if backend == "onnxruntime":
+            target.write_bytes(onnx_path.read_bytes())
+        elif backend == "pytorch":
+            example = np.zeros((1, 3, 224, 224), np.float32)
+            framework_models.save_torchscript(models.resnet18(), [example], target)
+        else:
+            framework_models.save_openvino_ir(onnx_path, target)
+        repos[backend] = repo
+    return repos
+
+
+def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
+    """The framework's best (batch size, infer/s) in this process, default settings."""
+    model = repo / f"resnet18_{backend}" / "1" / BACKENDS[backend][1]
+    if backend == "onnxruntime":
+        rates = measure_ceiling(model, BATCH_SIZES, window_s)
+    else:
+        rates = {
+            batch: _rate(_runner(backend, model, batch), batch, window_s) for batch in BATCH_SIZES
+        }
+    best = max(rates, key=lambda batch: rates[batch])
+    return best, rates[best]
+
+
+def _runner(backend: str, model: Path, batch: int) -> Callable[[], object]:
+    x = np.random.default_rng(0).random((batch, 3, 224, 224), dtype=np.float32)
+    if backend == "pytorch":
+        torch = importlib.import_module("torch")
+        module = torch.jit.load(str(model))
+        tensor = torch.from_numpy(x)
+
+        def run_torch() -> object:
+            with torch.inference_mode():
+                return module(tensor)
+
+        return run_torch
+    ov = importlib.import_module("openvino")
+    request = ov.Core().compile_model(str(model), "CPU").create_infer_request()
+    return lambda: request.infer({0: x})
+
+
+def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
+    run()
+    run()  # TorchScript's profiling executor optimizes on the first runs
+    runs, start_s = 0, time.perf_counter()
+    while time.perf_counter() - start_s < window_s:
+        run()
+        runs += 1
+    return batch * runs / (time.perf_counter() - start_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--window-ms", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="backend_bench_") as scratch:
+        work = Path(scratch)
+        repos = write_models(work, args.backends)
+        for backend in args.backends:
+            best_batch, top = ceiling(backend, repos[backend], args.window_ms / 1000)
+            print(f"{backend}: ceiling {top:.1f} infer/s at batch {best_batch}", flush=True)
+            command = [sys.executable, "-m", "server", "serve", "--model-repository"]
+            command += [str(repos[backend]), "--host", "127.0.0.1", "--grpc-port", "0"]
+            command += ["--metrics-port", "0", "--http-port", "0"]
+            log = work / f"{backend}.log"
+            with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
+                for concurrency in args.concurrency:
+                    run = run_perf_analyzer(
+                        f"127.0.0.1:{port}",
+                        f"resnet18_{backend}",
+                        concurrency,
+                        args.window_ms,
+                        work / f"{backend}_{concurrency}.csv",
+                        "grpc",
+                    )
+                    found = run.measured
+                    if found is None:
+                        rows.append((backend, concurrency, None, None, top, best_batch))
+                        continue
+                    rows.append(
+                        (backend, concurrency, found.infer_per_s, found.p99_ms, top, best_batch)
+                    )
+                    print(f"  c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
+    print("\n| backend | c | infer/s | p99 ms | ceiling infer/s (batch) | of ceiling |")
+    print("|---|---|---|---|---|---|")
+    for backend, concurrency, rate, p99, top, best_batch in rows:
+        if rate is None:
+            print(f"| {backend} | {concurrency} | failed | | {top:.1f} ({best_batch}) | |")
+            continue
+        print(
+            f"| {backend} | {concurrency} | {rate:.1f} | {p99:.1f} | {top:.1f} ({best_batch}) "
+            f"| {rate / top:.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
