@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from batching.alarm import Alarm
 from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
@@ -65,9 +66,8 @@ class Batcher:
         self._queue = RequestQueue(self._policy)
         self._idle: deque[Executor] = deque(self._executors)
         self._retiring: list[asyncio.Future[Executor]] = []  # waiting for a busy one to return
-        self._wake = asyncio.Event()
+        self._wake = Alarm()
         self._in_flight.start()
-        self._timer: asyncio.TimerHandle | None = None
         self._last_release: asyncio.Future[None] | None = None  # for preserve_ordering
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task = asyncio.create_task(self._run(), name=f"batcher:{self._name}")
@@ -204,19 +204,7 @@ class Batcher:
             elif self._gate is not None and not len(self._queue):
                 for idle in self._idle:
                     self._gate.withdraw(idle)
-            await self._sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns())
-
-    async def _sleep(self, now_ns: int, *deadlines_ns: int | None) -> None:
-        """Until something changes (arrival, free instance) or the nearest deadline."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        due = [d for d in deadlines_ns if d is not None]
-        self._wake.clear()
-        if due:
-            delay_s = max(min(due) - now_ns, 0) / 1e9
-            self._timer = asyncio.get_running_loop().call_later(delay_s, self._wake.set)
-        await self._wake.wait()
+            await self._wake.sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns())
 
     def _runnable(self) -> Executor | None:
         """An idle instance that may run now (the first, without a gate)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from batching.alarm import Alarm
 from batching.errors import BatcherClosedError, ExecutorContractError, SequenceError
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
@@ -209,8 +210,7 @@ class SequenceBatcher:
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
         self._backlog: deque[_Sequence] = deque()  # waiting for a slot
         self._arrivals = 0
-        self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        self._wake = Alarm()
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"sequences:{self._name}")
@@ -416,7 +416,7 @@ class SequenceBatcher:
                     self._gate.withdraw(lane.executor)
                 # Not granted yet: the slots keep filling until the gate wakes this loop.
                 deadlines.append(selection.wait_until_ns)
-            await self._sleep(now_ns, deadlines)
+            await self._wake.sleep(now_ns, *deadlines)
 
     def _may_run(self, lane: _Lane) -> bool:
         return self._gate is None or self._gate.acquire(lane.executor, self._wake.set)
@@ -445,17 +445,6 @@ class SequenceBatcher:
             elif next_ns is None or due_ns < next_ns:
                 next_ns = due_ns
         return next_ns
-
-    async def _sleep(self, now_ns: int, deadlines: list[int | None]) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        due = [d for d in deadlines if d is not None]
-        self._wake.clear()
-        if due:
-            delay_s = max(min(due) - now_ns, 0) / 1e9
-            self._timer = asyncio.get_running_loop().call_later(delay_s, self._wake.set)
-        await self._wake.wait()
 
     def _dispatch(self, lane: _Lane, positions: tuple[int | None, ...]) -> None:
         batch: list[tuple[_Sequence, _Request] | None] = []

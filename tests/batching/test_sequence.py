@@ -161,7 +161,7 @@ def test_oldest_selection_takes_the_oldest_and_waits_for_a_preferred_size() -> N
 
 
 async def test_interleaved_sequences_keep_their_own_totals() -> None:
-    executor = Accumulator(delay_s=0.001)
+    executor = Accumulator(delay_s=0.005)  # long enough for requests to meet in batches
     batcher = SequenceBatcher("acc:1", [executor], _policy())
     await batcher.start()
 
