@@ -134,7 +134,8 @@ class OpenVinoInstance:
             if self._fixed_batch and rows != self._fixed_batch:
                 inputs = self._padded(inputs, rows)
             fed_ns = time.monotonic_ns()
-            results = self._request.infer(inputs)
+            # The batch's arrays are read in place; outputs are copied out of OpenVINO's own.
+            results = self._request.infer(inputs, share_inputs=True)
             ran_ns = time.monotonic_ns()
             outputs = {name: np.asarray(results[name]) for name in self._output_names}
             if self._fixed_batch and rows != self._fixed_batch:
