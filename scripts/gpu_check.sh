@@ -165,7 +165,7 @@ tests_rc=0
 "${VPY}" -m pytest -q -rs -p no:cacheprovider \
     tests/backends/test_device.py tests/backends/test_gpu_placement.py \
     tests/backends/test_gpu_instance.py tests/backends/test_ort_instance.py \
-    tests/backends/test_ort_accelerators.py \
+    tests/backends/test_ort_accelerators.py tests/backends/test_torch_instance.py \
     tests/server/test_cuda_shm.py tests/e2e/test_e2e_ensemble.py 2>&1 | tee "${RESULTS}/pytest.log" || tests_rc=$?
 
 step "example models served, GPU metrics"
