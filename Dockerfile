@@ -18,13 +18,20 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
     && pip install "onnx>=1.16" "numpy>=1.26" \
     && python scripts/gen_models.py /models
 
+# Triton's conventions, so that a deployment written for Triton's image runs unchanged: the
+# `tritonserver` command on PATH and at /opt/tritonserver/bin (Vertex AI's entry point calls that
+# path), the user `triton-server` (uid 1000, which Triton's charts run as), ports 8000-8002, and
+# no ENTRYPOINT: a `docker run IMAGE tritonserver ...` or a pod's args run as they are.
 FROM python:3.11-slim
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/tritonserver/bin:$PATH
 COPY --from=builder /wheels /tmp/wheels
 RUN pip install /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && useradd --system --no-create-home --shell /usr/sbin/nologin convoy
+    && mkdir -p /opt/tritonserver/bin \
+    && ln -s /usr/local/bin/tritonserver /opt/tritonserver/bin/tritonserver \
+    && useradd --uid 1000 --create-home --shell /usr/sbin/nologin triton-server
 COPY --from=builder /models /models
-USER convoy
+USER triton-server
 EXPOSE 8000 8001 8002
-CMD ["convoy", "serve", "--model-repository", "/models", "--host", "0.0.0.0"]
+CMD ["tritonserver", "--model-repository=/models"]

@@ -1,5 +1,6 @@
-"""`python -m server ...` is the `convoy` command; `python -m server frontend ...` is one of its
-front-end worker processes, which loads only the front end."""
+"""`python -m server ...` is the `convoy` command; `python -m server tritonserver ...` is the
+`tritonserver` command; `python -m server frontend ...` is one of the front-end worker processes,
+which loads only the front end."""
 
 import sys
 
@@ -8,6 +9,6 @@ if sys.argv[1:2] == ["frontend"]:
 
     sys.exit(worker_main(sys.argv[2:]))
 
-from server.cli import main
+from server.cli import main, tritonserver
 
-sys.exit(main())
+sys.exit(tritonserver(sys.argv[2:]) if sys.argv[1:2] == ["tritonserver"] else main())

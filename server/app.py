@@ -67,6 +67,8 @@ class App:
             completion=settings.auto_complete,
             cache=self.cache,
             limiter=rate_limiter(settings),
+            config_name=settings.model_config_name,
+            load_retries=settings.model_load_retries,
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(
@@ -93,7 +95,9 @@ class App:
         if self.settings.exit_on_error:
             await self._exit_on_failed_loads()
         settings = self.settings
-        core = LocalCore(self.engine, self.shared_memory, self._logs)
+        core = LocalCore(
+            self.engine, self.shared_memory, self._logs, client_shm=settings.allow_client_shm
+        )
         if settings.frontend_workers > 0:
             await self._start_workers(core)
         else:
@@ -108,10 +112,13 @@ class App:
                 histograms=settings.histogram_metrics,
                 cpu=settings.allow_cpu_metrics,
                 gpu=settings.allow_gpu_metrics,
+                interval_ms=settings.metrics_interval_ms,
+                summaries=settings.summary_latencies,
+                quantiles=settings.summary_quantiles,
             )
             self._metrics_server = MetricsServer(
                 StatsCollector(self.repository, options, self.cache),
-                settings.host,
+                settings.metrics_address,
                 settings.metrics_port,
             )
             self._metrics_server.start()
@@ -122,9 +129,10 @@ class App:
             self._poller = asyncio.create_task(self._poll(), name="repository-poll")
         workers = settings.frontend_workers
         _log.info(
-            "serving gRPC on %s:%d%s%s%s",
-            settings.host,
-            self.grpc_port,
+            "%s%s%s%s",
+            f"serving gRPC on {settings.grpc_address}:{self.grpc_port}"
+            if settings.allow_grpc
+            else "serving without gRPC",
             f", metrics on :{self.metrics_port}/metrics" if self._metrics_server else "",
             f", HTTP on :{self.http_port}" if settings.allow_http else "",
             f" ({workers} front-end workers)" if workers else "",
@@ -134,12 +142,11 @@ class App:
         """Front ends in worker processes on shared ports; the ports are held here first, so
         that port 0 means one free port for all of them."""
         settings = self.settings
-        self._reserved = [reserve_port(settings.host, settings.grpc_port)]
-        grpc_port = self._reserved[0].getsockname()[1]
-        http_port = settings.http_port
+        grpc_port, http_port = settings.grpc_port, settings.http_port
+        if settings.allow_grpc:
+            grpc_port = self._reserve(settings.grpc_address, grpc_port, settings.reuse_grpc_port)
         if settings.allow_http:
-            self._reserved.append(reserve_port(settings.host, settings.http_port))
-            http_port = self._reserved[1].getsockname()[1]
+            http_port = self._reserve(settings.http_address, http_port, settings.reuse_http_port)
         front = replace(
             front_end_settings(settings), grpc_port=grpc_port, http_port=http_port, reuse_port=True
         )
@@ -155,6 +162,11 @@ class App:
             ),
         )
         self.grpc_port, self.http_port = await self._workers.start()
+
+    def _reserve(self, host: str, port: int, shared: bool) -> int:
+        reserved = reserve_port(host, port, shared=shared)
+        self._reserved.append(reserved)
+        return int(reserved.getsockname()[1])
 
     async def _set_health(self) -> None:
         ready = self.engine.ready()
@@ -238,7 +250,8 @@ def rate_limiter(settings: ServerSettings) -> RateLimiter | None:
 def front_end_settings(settings: ServerSettings) -> FrontEndSettings:
     """What a front end needs of the server's settings."""
     return FrontEndSettings(
-        host=settings.host,
+        grpc_address=settings.grpc_address,
+        http_address=settings.http_address,
         grpc_port=settings.grpc_port,
         http_port=settings.http_port,
         allow_http=settings.allow_http,
@@ -248,6 +261,14 @@ def front_end_settings(settings: ServerSettings) -> FrontEndSettings:
         http_restricted=settings.http_restricted,
         trace=settings.trace,
         version=convoy_version(),
+        server_name=settings.server_id,
+        allow_grpc=settings.allow_grpc,
+        grpc=settings.grpc,
+        http_max_input_bytes=settings.http_max_input_bytes,
+        grpc_forward_pattern=settings.grpc_forward_pattern,
+        http_forward_pattern=settings.http_forward_pattern,
+        reuse_grpc_port=settings.reuse_grpc_port,
+        reuse_http_port=settings.reuse_http_port,
     )
 
 

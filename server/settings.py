@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from server.contract.logs import LogState
-from server.contract.settings import RestrictedProtocol, TraceSettings
+from server.contract.settings import GrpcOptions, RestrictedProtocol, TraceSettings
 from server.core.repository import AutoComplete
 
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
@@ -29,7 +29,9 @@ class ServerSettings:
     """How one Convoy process serves; ports of 0 pick a free port."""
 
     model_repositories: tuple[str, ...]  # local directories, or s3:// gs:// as:// locations
-    host: str = "127.0.0.1"
+    grpc_address: str = "127.0.0.1"
+    http_address: str = "127.0.0.1"
+    metrics_address: str = "127.0.0.1"
     grpc_port: int = 8001
     http_port: int = 8000
     allow_http: bool = True  # serve Triton's HTTP/REST v2 beside gRPC
@@ -37,7 +39,7 @@ class ServerSettings:
     allow_metrics: bool = True
     strict_readiness: bool = True  # ready only when every model is ready, as Triton
     exit_timeout_s: float = 30.0  # bound on waiting for in-flight requests at shutdown
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # gRPC message and HTTP body limit
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # gRPC message limit
     model_load_threads: int = 4  # models loaded in parallel at start
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     repository_poll_s: float = 15.0  # poll mode: seconds between scans
@@ -60,6 +62,20 @@ class ServerSettings:
     cache_config: tuple[str, ...] = ()  # raw --cache-config values (server.core.cache parses)
     rate_limit: str = "off"  # --rate-limit: off, or execution_count (the rate limiter on)
     rate_limit_resources: tuple[str, ...] = ()  # raw --rate-limit-resource NAME:COUNT[:DEVICE]
+    server_id: str = "convoy"  # the name server metadata reports (Triton's --id)
+    allow_grpc: bool = True
+    grpc: GrpcOptions = field(default_factory=GrpcOptions)  # keepalive, connection age, TLS
+    reuse_grpc_port: bool = False  # SO_REUSEPORT: another server may share the port
+    reuse_http_port: bool = False
+    http_max_input_bytes: int = 1 << 26  # largest HTTP body, after decompression too
+    grpc_forward_pattern: str | None = None  # metadata forwarded as request parameters
+    http_forward_pattern: str | None = None  # headers forwarded as request parameters
+    allow_client_shm: bool = True  # clients may register shared memory regions
+    model_load_retries: int = 0  # a failed load is tried again this many times
+    model_config_name: str | None = None  # configs/<name>.pbtxt instead of config.pbtxt
+    metrics_interval_ms: int = 2000  # CPU and GPU samples are reused within this period
+    summary_latencies: bool = False  # Triton's nv_inference_*_summary_us families
+    summary_quantiles: tuple[tuple[float, float], ...] = ()  # (quantile, error); (): Triton's
 
 
 def auto_workers(cores: int) -> int:

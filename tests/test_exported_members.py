@@ -21,6 +21,7 @@ PACKAGES = [
     "server.core.observability",
     "server.core.metrics",
     "server.core.storage",
+    "server.options",
     "server.core.cache",
     "server.tools",
     "server.tools.doctor",

@@ -88,20 +88,55 @@ def _int(name: str, value: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class GrpcTls:
+    """TLS on gRPC (Triton's --grpc-use-ssl*): PEM files the front end reads at start."""
+
+    server_cert: str  # the certificate chain the server presents
+    server_key: str  # its private key
+    root_cert: str = ""  # the roots client certificates must chain to (mutual mode)
+    mutual: bool = False  # refuse clients without a certificate signed by `root_cert`
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcOptions:
+    """Triton's gRPC server arguments: keepalive, connection age, response compression, TLS."""
+
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    max_connection_age_ms: int | None = None  # None: connections live on
+    max_connection_age_grace_ms: int | None = None  # None: calls in flight finish
+    compression: str = "none"  # none, low, medium or high (Triton's levels)
+    tls: GrpcTls | None = None  # None: plaintext
+
+
+@dataclass(frozen=True, slots=True)
 class FrontEndSettings:
     """How a front end listens and answers; ports of 0 pick a free port."""
 
-    host: str
+    grpc_address: str
+    http_address: str
     grpc_port: int
     http_port: int
     allow_http: bool
-    max_message_bytes: int  # gRPC message and HTTP body limit
+    max_message_bytes: int  # gRPC message limit
     model_control: bool  # explicit mode: load and unload are allowed
     restricted: tuple[RestrictedProtocol, ...]  # gRPC
     http_restricted: tuple[RestrictedProtocol, ...]
     trace: TraceSettings
     version: str  # what server metadata reports
-    reuse_port: bool = False  # SO_REUSEPORT on both ports: several processes share them
+    server_name: str = "convoy"  # the name server metadata reports (Triton's --id)
+    allow_grpc: bool = True
+    grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    http_max_input_bytes: int = 1 << 26  # largest HTTP body, after decompression too
+    grpc_forward_pattern: str | None = None  # metadata keys forwarded as request parameters
+    http_forward_pattern: str | None = None  # header names forwarded as request parameters
+    reuse_port: bool = False  # SO_REUSEPORT on both ports: this server's processes share them
+    reuse_grpc_port: bool = False  # SO_REUSEPORT on gRPC, as asked (--reuse-grpc-port)
+    reuse_http_port: bool = False  # SO_REUSEPORT on HTTP, as asked (--reuse-http-port)
 
     def plain(self) -> dict[str, Any]:
         """The settings as plain values (for a worker process's channel)."""
@@ -113,4 +148,14 @@ class FrontEndSettings:
             key: tuple(RestrictedProtocol(**rule) for rule in values[key])
             for key in ("restricted", "http_restricted")
         }
-        return cls(**{**values, **rules, "trace": TraceSettings(**values["trace"])})
+        grpc = dict(values["grpc"])
+        tls = grpc["tls"]
+        grpc["tls"] = None if tls is None else GrpcTls(**tls)
+        return cls(
+            **{
+                **values,
+                **rules,
+                "trace": TraceSettings(**values["trace"]),
+                "grpc": GrpcOptions(**grpc),
+            }
+        )

@@ -14,7 +14,7 @@ from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
 from server.contract.core import CoreInfo, LogValue, StreamItem
 from server.contract.datatypes import BY_WIRE
-from server.contract.errors import ModelNotReadyError, UnsupportedError
+from server.contract.errors import ModelNotReadyError, UnavailableError, UnsupportedError
 from server.contract.logs import LogControl
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferInput, InferRequest, Location
@@ -30,15 +30,25 @@ from server.core.errors import contract_error
 from server.core.shared_memory import SharedMemory
 
 NO_LOGS = "log settings are not available in this process"
+# Triton's words when --allow-client-shm is false (UNAVAILABLE: the server does not offer it).
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
 
 
 class LocalCore:
     """Serves the `Core` protocol in process."""
 
     def __init__(
-        self, engine: Engine, shared_memory: SharedMemory, logs: LogControl | None = None
+        self,
+        engine: Engine,
+        shared_memory: SharedMemory,
+        logs: LogControl | None = None,
+        *,
+        client_shm: bool = True,
     ) -> None:
         self._engine = engine
+        self._client_shm = client_shm  # clients may register and unregister regions
         self._repository = engine.repository
         self._shared_memory = shared_memory  # one set of regions for every front end
         self._logs = logs
@@ -107,10 +117,16 @@ class LocalCore:
         )
 
     async def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self._check_client_shm()
         self._shared_memory.system.register(name, key, offset, byte_size)
 
     async def system_shm_unregister(self, name: str) -> None:
+        self._check_client_shm()
         self._shared_memory.system.unregister(name)
+
+    def _check_client_shm(self) -> None:
+        if not self._client_shm:
+            raise UnavailableError(CLIENT_SHM_DISABLED)
 
     async def cuda_shm_status(self, name: str) -> pb.CudaSharedMemoryStatusResponse:
         status = pb.CudaSharedMemoryStatusResponse
@@ -126,9 +142,11 @@ class LocalCore:
     async def cuda_shm_register(
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int
     ) -> None:
+        self._check_client_shm()
         self._shared_memory.cuda.register(name, raw_handle, device_id, byte_size)
 
     async def cuda_shm_unregister(self, name: str) -> None:
+        self._check_client_shm()
         # Unregistering every region succeeds without a GPU: there is none (perf_analyzer and
         # tritonclient clean up both kinds of shared memory this way).
         self._shared_memory.cuda_unregister(name)

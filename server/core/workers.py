@@ -296,26 +296,28 @@ class WorkerPool:
                 await asyncio.sleep(RESTART_DELAY_S)
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
+def reserve_port(host: str, port: int, shared: bool = False) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket on host:port (0: a free port) that keeps the
     port for the workers; connections only ever reach listening sockets, the workers'.
 
     A port some other process listens on is refused first (EADDRINUSE), even if that process
-    allows port sharing: a second server must never split a port's traffic with the first."""
+    allows port sharing: a second server must never split a port's traffic with the first,
+    unless `shared` says it may (Triton's --reuse-grpc-port, --reuse-http-port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT, as gRPC
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
-        port = probe.getsockname()[1]
+    if not shared:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+            port = probe.getsockname()[1]
     reserved = socket.socket(family, socket.SOCK_STREAM)
     reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         reserved.bind((host, port))
-    except OSError:
+    except OSError as exc:
         reserved.close()
-        raise
+        raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
     return reserved

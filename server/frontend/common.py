@@ -34,13 +34,13 @@ EXTENSIONS = tuple(e for e in TRITON_ORDER if e not in ("cuda_shared_memory", "b
 
 
 def server_metadata(
-    version: str, extensions: Iterable[str], cuda_shared_memory: bool
+    name: str, version: str, extensions: Iterable[str], cuda_shared_memory: bool
 ) -> pb.ServerMetadataResponse:
-    """Name, version and the extensions a front end implements; CUDA shared memory by the one
-    rule both front ends follow: where a GPU serves it."""
+    """Name (Triton's --id), version and the extensions a front end implements; CUDA shared
+    memory by the one rule both front ends follow: where a GPU serves it."""
     offered = {*extensions, *(["cuda_shared_memory"] if cuda_shared_memory else [])}
     return pb.ServerMetadataResponse(
-        name="convoy", version=version, extensions=[e for e in TRITON_ORDER if e in offered]
+        name=name, version=version, extensions=[e for e in TRITON_ORDER if e in offered]
     )
 
 

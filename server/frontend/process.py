@@ -4,6 +4,7 @@ routes over a `Core`; started, told the server's health, and stopped by its owne
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 from google.protobuf import descriptor_pb2
@@ -14,12 +15,21 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.contract.core import Core
-from server.contract.settings import FrontEndSettings
+from server.contract.settings import FrontEndSettings, GrpcTls
 from server.frontend.grpc import InferenceServicer
 from server.frontend.http import HttpFrontEnd
 
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 CONNECTION_AGE_MS = 20_000  # with shared ports: a connection's life before it is re-dealt
+# Triton's --grpc-infer-response-compression-level: responses are compressed with gzip at any
+# level but none (gRPC's levels pick among the algorithms the client accepts; Python's server
+# takes the algorithm).
+COMPRESSION = {
+    "none": grpc.Compression.NoCompression,
+    "low": grpc.Compression.Gzip,
+    "medium": grpc.Compression.Gzip,
+    "high": grpc.Compression.Gzip,
+}
 
 
 class FrontEnd:
@@ -37,28 +47,45 @@ class FrontEnd:
 
     async def start(self) -> None:
         settings = self._settings
-        self._health = health_aio.HealthServicer()
-        self._server = self._build_grpc_server(self._health)
-        address = f"{settings.host}:{settings.grpc_port}"
-        try:
-            self.grpc_port = self._server.add_insecure_port(address)
-        except RuntimeError:  # grpc's way of saying the bind failed (the port is in use)
-            self.grpc_port = 0
-        if self.grpc_port == 0:
-            raise OSError(f"cannot bind gRPC to {address}: the address is in use or unavailable")
-        await self._server.start()
+        if settings.allow_grpc:
+            self._health = health_aio.HealthServicer()
+            self._server = self._build_grpc_server(self._health)
+            self.grpc_port = self._bind_grpc(self._server)
+            await self._server.start()
         if settings.allow_http:
             self._http = HttpFrontEnd(
                 self._core,
                 settings.version,
                 settings.model_control,
-                settings.max_message_bytes,
+                settings.http_max_input_bytes,
                 trace=settings.trace,
                 restricted=settings.http_restricted,
+                name=settings.server_name,
+                forward_pattern=settings.http_forward_pattern,
             )
             self.http_port = await self._http.start(
-                settings.host, settings.http_port, reuse_port=settings.reuse_port
+                settings.http_address,
+                settings.http_port,
+                reuse_port=settings.reuse_port or settings.reuse_http_port,
             )
+
+    def _bind_grpc(self, server: grpc.aio.Server) -> int:
+        settings = self._settings
+        host = settings.grpc_address
+        address = (
+            f"[{host}]:{settings.grpc_port}" if ":" in host else f"{host}:{settings.grpc_port}"
+        )
+        tls = settings.grpc.tls
+        try:
+            if tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, server_credentials(tls))
+        except RuntimeError:  # grpc's way of saying the bind failed (the port is in use)
+            port = 0
+        if port == 0:
+            raise OSError(f"cannot bind gRPC to {address}: the address is in use or unavailable")
+        return int(port)
 
     async def set_health(self, serving: bool) -> None:
         """What grpc.health.v1 answers for the server and Triton's service."""
@@ -81,25 +108,18 @@ class FrontEnd:
 
     def _build_grpc_server(self, health: health_aio.HealthServicer) -> grpc.aio.Server:
         settings = self._settings
-        limit = settings.max_message_bytes
-        options: list[tuple[str, int]] = [
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 1 if settings.reuse_port else 0),
-        ]
-        if settings.reuse_port:
-            # The kernel hashes each connection to one of the processes on the port, and an
-            # HTTP/2 connection carries all of a client's calls: a GOAWAY after an age makes
-            # clients take their next calls to a new connection (dealt again) while the calls
-            # in flight, long streams included, finish on the old one (no grace limit).
-            options.append(("grpc.max_connection_age_ms", CONNECTION_AGE_MS))
-        server = grpc.aio.server(options=options)
+        options = server_options(settings)
+        server = grpc.aio.server(
+            options=options, compression=COMPRESSION[settings.grpc.compression]
+        )
         servicer = InferenceServicer(
             self._core,
             settings.version,
             settings.model_control,
             settings.restricted,
             settings.trace,
+            name=settings.server_name,
+            forward_pattern=settings.grpc_forward_pattern,
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server
@@ -112,6 +132,50 @@ class FrontEnd:
         )
         reflection.enable_server_reflection(services, server, pool=_reflection_pool())
         return server
+
+
+def server_options(settings: FrontEndSettings) -> list[tuple[str, int]]:
+    """The gRPC server's channel arguments: message limits, Triton's keepalive and connection
+    age options, and SO_REUSEPORT where the port is shared."""
+    grpc_options = settings.grpc
+    limit = settings.max_message_bytes
+    options: list[tuple[str, int]] = [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 1 if settings.reuse_port or settings.reuse_grpc_port else 0),
+        ("grpc.keepalive_time_ms", grpc_options.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", grpc_options.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(grpc_options.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", grpc_options.http2_max_pings_without_data),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            grpc_options.http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("grpc.http2.max_ping_strikes", grpc_options.http2_max_ping_strikes),
+    ]
+    age_ms = grpc_options.max_connection_age_ms
+    if age_ms is None and settings.reuse_port:
+        # The kernel hashes each connection to one of the processes on the port, and an
+        # HTTP/2 connection carries all of a client's calls: a GOAWAY after an age makes
+        # clients take their next calls to a new connection (dealt again) while the calls
+        # in flight, long streams included, finish on the old one (no grace limit).
+        age_ms = CONNECTION_AGE_MS
+    if age_ms is not None:
+        options.append(("grpc.max_connection_age_ms", age_ms))
+    if grpc_options.max_connection_age_grace_ms is not None:
+        grace_ms = grpc_options.max_connection_age_grace_ms
+        options.append(("grpc.max_connection_age_grace_ms", grace_ms))
+    return options
+
+
+def server_credentials(tls: GrpcTls) -> grpc.ServerCredentials:
+    """The certificate the server presents, and in mutual mode the roots a client's
+    certificate must chain to (a client without one is refused during the handshake)."""
+    key, chain = Path(tls.server_key).read_bytes(), Path(tls.server_cert).read_bytes()
+    roots = Path(tls.root_cert).read_bytes() if tls.root_cert else None
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=roots, require_client_auth=tls.mutual
+    )
 
 
 def _reflection_pool() -> DescriptorPool:

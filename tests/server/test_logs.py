@@ -2,10 +2,11 @@
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from server.contract.errors import InvalidInputError, UnsupportedError
+from server.contract.errors import InternalError, InvalidInputError
 from server.contract.logs import LogControl, LogState
 
 
@@ -34,7 +35,7 @@ def test_levels_follow_the_settings(control: LogControl) -> None:
         ({"log_colour": "red"}, InvalidInputError),
         ({"log_info": 1}, InvalidInputError),
         ({"log_format": "xml"}, InvalidInputError),
-        ({"log_file": "server.log"}, UnsupportedError),
+        ({"log_file": "/no/such/folder/server.log"}, InternalError),
     ],
 )
 def test_bad_changes_change_nothing(
@@ -44,3 +45,16 @@ def test_bad_changes_change_nothing(
     with pytest.raises(error):
         control.update(changes)  # type: ignore[arg-type]
     assert control.settings() == before
+
+
+def test_log_file_takes_the_lines_and_stderr_gets_them_back(
+    control: LogControl, tmp_path: Path
+) -> None:
+    path = tmp_path / "server.log"
+    control.update({"log_file": str(path)})
+    logging.getLogger("convoy").info("to the file")
+    control.update({"log_file": ""})
+    logging.getLogger("convoy").info("to stderr")
+    assert "to the file" in path.read_text(encoding="utf-8")
+    assert "to stderr" not in path.read_text(encoding="utf-8")
+    assert control.settings()["log_file"] == ""

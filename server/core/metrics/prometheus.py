@@ -10,7 +10,9 @@ rendered here.
 from __future__ import annotations
 
 import math
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +25,7 @@ from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_
 from server.core.metrics.limiter import resource_wait_families
 from server.core.metrics.load import load_families
 from server.core.metrics.samplers import CpuSampler, GpuSampler
+from server.core.metrics.summaries import DEFAULT_QUANTILES, summary_families
 from server.core.observability.stats import Histogram
 from server.core.repository import ModelVersion, Repository
 
@@ -103,6 +106,9 @@ class MetricsOptions:
     histograms: bool = True  # Convoy's batch-size and request-latency histograms
     cpu: bool = True  # nv_cpu_utilization and nv_cpu_memory_*_bytes
     gpu: bool = True  # nv_gpu_* through NVML, where a driver and nvidia-ml-py are present
+    interval_ms: int = 2000  # CPU and GPU samples are taken again only after this long
+    summaries: bool = False  # Triton's nv_inference_*_summary_us families
+    quantiles: tuple[tuple[float, float], ...] = ()  # (quantile, error); (): Triton's default
 
 
 class StatsCollector(Collector):
@@ -119,6 +125,8 @@ class StatsCollector(Collector):
         self._cache = cache  # the response cache's families appear when there is one
         self._cpu = CpuSampler()
         self._gpu = GpuSampler() if self._options.gpu else None
+        self._machine: list[Metric] = []  # the last CPU and GPU samples
+        self._sampled_ns: int | None = None  # when they were taken
 
     def collect(self) -> Iterator[Metric]:
         # Runs on the metrics thread: take a snapshot of the versions before walking them.
@@ -141,10 +149,23 @@ class StatsCollector(Collector):
                 versions,
                 lambda v: v.stats.request_us,
             )
-        if self._options.cpu:
-            yield from self._cpu.families()
-        if self._gpu is not None:
-            yield from self._gpu.families()
+        if self._options.summaries:
+            yield from summary_families(versions, self._options.quantiles or DEFAULT_QUANTILES)
+        yield from self._machine_families()
+
+    def _machine_families(self) -> list[Metric]:
+        """CPU and GPU samples, taken again once --metrics-interval-ms has passed (Triton
+        refreshes them on that period; a scrape in between sees the same values)."""
+        now_ns = time.monotonic_ns()
+        interval_ns = self._options.interval_ms * 1_000_000
+        if self._sampled_ns is None or now_ns - self._sampled_ns >= interval_ns:
+            machine: list[Metric] = []
+            if self._options.cpu:
+                machine.extend(self._cpu.families())
+            if self._gpu is not None:
+                machine.extend(self._gpu.families())
+            self._machine, self._sampled_ns = machine, now_ns
+        return self._machine
 
     def _model_families(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         for name, kind, documentation, value in _FAMILIES:
@@ -238,7 +259,8 @@ class MetricsServer:
 
     def __init__(self, collector: Collector, host: str, port: int) -> None:
         handler = type("MetricsHandler", (_Handler,), {"collector": collector})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
+        server = _Http6Server if ":" in host else ThreadingHTTPServer  # an IPv6 address
+        self._httpd = server((host, port), handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_port
         self._thread = threading.Thread(
@@ -251,6 +273,10 @@ class MetricsServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+class _Http6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 class _Handler(BaseHTTPRequestHandler):

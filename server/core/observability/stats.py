@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from batching import ExecutionRecord, RequestResult
+from server.core.observability.windows import LatencyWindows
 
 
 @dataclass(slots=True)
@@ -74,6 +75,9 @@ class ModelStats:
     failures: dict[str, int] = field(default_factory=dict)  # by Triton's reason label
     batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))
     request_us: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_US))
+    # Recent latencies for Triton's summaries; the metrics collector sets them when summaries
+    # are on (None: nothing is kept).
+    windows: LatencyWindows | None = None
 
     def record_execution(self, record: ExecutionRecord) -> None:
         if not record.succeeded:
@@ -96,6 +100,14 @@ class ModelStats:
         self.compute_infer.add(result.compute_infer_ns)
         self.compute_output.add(result.compute_output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.windows is not None:
+            durations = (
+                result.queue_ns,
+                result.compute_input_ns,
+                result.compute_infer_ns,
+                result.compute_output_ns,
+            )
+            self.windows.record(time.monotonic_ns(), request_ns, durations)
 
     def record_cache_hit(self, request_ns: int, lookup_ns: int) -> None:
         """A request answered from the response cache: a success with no queue or compute

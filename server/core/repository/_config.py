@@ -12,9 +12,13 @@ from server.contract.errors import ConfigError
 CONFIG_FILENAME = "config.pbtxt"
 
 
-def read_config(model_dir: Path) -> mc.ModelConfig | None:
-    """The parsed config of a model directory, or None when it has no config.pbtxt."""
+def read_config(model_dir: Path, config_name: str | None = None) -> mc.ModelConfig | None:
+    """The parsed config of a model directory, or None when it has no config.pbtxt. With a
+    `config_name` (Triton's --model-config-name), `configs/<name>.pbtxt` is read instead where
+    the model has one."""
     path = model_dir / CONFIG_FILENAME
+    if config_name is not None and (model_dir / "configs" / f"{config_name}.pbtxt").is_file():
+        path = model_dir / "configs" / f"{config_name}.pbtxt"
     if not path.is_file():
         return None
     try:

@@ -102,11 +102,14 @@ async def build_model(
     current: Mapping[int, ModelVersion] | None = None,
     completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
     limiter: RateLimiter | None = None,
+    config_name: str | None = None,
 ) -> Built:
-    """Build the versions the policy selects; `current` ones are kept if nothing changed."""
+    """Build the versions the policy selects; `current` ones are kept if nothing changed;
+    `config_name` picks `configs/<name>.pbtxt` over config.pbtxt where a model has it."""
     built = Built()
     try:
-        raw = override if override is not None else read_config(path) or mc.ModelConfig()
+        raw = override if override is not None else read_config(path, config_name)
+        raw = raw or mc.ModelConfig()
         config = fill_identity(detect_backend(raw, path), name)
         check_backend(config)
         versions = select_versions(name, config.version_policy, list_versions(path))

@@ -31,7 +31,7 @@ from server.core.cache import ResponseCache, version_cache
 from server.core.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
 from server.core.repository._budget import MemoryBudget, Resident, choose_evictions
 from server.core.repository._config import read_config
-from server.core.repository._loader import Peers, build_model, unload_version
+from server.core.repository._loader import Built, Peers, build_model, unload_version
 from server.core.repository._models import (
     UNLOADED,
     ModelEntry,
@@ -59,8 +59,12 @@ class Repository:
         completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
         cache: ResponseCache | None = None,
         limiter: RateLimiter | None = None,
+        config_name: str | None = None,
+        load_retries: int = 0,
     ) -> None:
         self._sources = Sources(roots)  # local directories, and mirrors of cloud repositories
+        self._config_name = config_name  # configs/<name>.pbtxt over config.pbtxt (Triton's)
+        self._load_retries = load_retries  # a failed build is tried again this many times
         self._cache = cache  # the server's response cache, for the versions that enable it
         self._limiter = limiter  # the rate limiter every instance registers with (None: off)
         self._completion = completion  # what model files may fill into configs
@@ -153,7 +157,7 @@ class Repository:
         self, name: str, path: Path, override: mc.ModelConfig | None, chain: tuple[str, ...]
     ) -> None:
         try:
-            config = override if override is not None else read_config(path)
+            config = override if override is not None else read_config(path, self._config_name)
         except (ConfigError, OSError):
             return  # the build reports it
         if config is None or not is_ensemble(config):
@@ -178,15 +182,7 @@ class Repository:
             entry = self._models[name] = ModelEntry(name, path)
         if not entry.ready:
             entry.statuses = [VersionStatus(None, ModelState.LOADING)]
-        built = await build_model(
-            name,
-            path,
-            self._peers,
-            override,
-            entry.ready,
-            completion=self._completion,
-            limiter=self._limiter,
-        )
+        built = await self._build(name, path, override, entry.ready)
         for built_version in built.ready.values():
             built_version.cache = version_cache(
                 self._cache, built_version.config, built_version.version
@@ -219,6 +215,44 @@ class Repository:
             reason = "; ".join(built.failures)
             _log.error("model '%s' is unavailable: %s", name, reason)
             raise LOAD_FAILED(model=name, reason=reason)
+
+    async def _build(
+        self,
+        name: str,
+        path: Path,
+        override: mc.ModelConfig | None,
+        current: Mapping[int, ModelVersion],
+    ) -> Built:
+        """build_model, tried again up to --model-load-retry-count times while a version
+        fails; the versions a failed try built are let go before the next."""
+
+        async def build() -> Built:
+            return await build_model(
+                name,
+                path,
+                self._peers,
+                override,
+                current,
+                completion=self._completion,
+                limiter=self._limiter,
+                config_name=self._config_name,
+            )
+
+        built = await build()
+        for retry in range(1, self._load_retries + 1):
+            if not built.failures:
+                break
+            reason = "; ".join(built.failures)
+            _log.warning(
+                "load of model '%s' failed, retry %d of %d: %s",
+                name,
+                retry,
+                self._load_retries,
+                reason,
+            )
+            self._retire(v for v in built.ready.values() if v not in current.values())
+            built = await build()
+        return built
 
     async def _make_room(
         self, name: str, fresh: Sequence[ModelVersion], replaced: Sequence[ModelVersion]

@@ -23,6 +23,7 @@ from server.contract.errors import (
 from server.contract.requests import InferRequest
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
+from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.codec import (
     classification,
     decode_inputs,
@@ -124,9 +125,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         model_control: bool = False,
         restricted: Sequence[RestrictedProtocol] = (),
         trace: TraceSettings | None = None,
+        *,
+        name: str = "convoy",
+        forward_pattern: str | None = None,
     ) -> None:
         self._core = core
+        self._name = name  # what server metadata reports (Triton's --id)
         self._version = version
+        self._forwarding = HeaderForwarding(forward_pattern)
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._restricted = tuple(restricted)
         self._trace = trace or TraceSettings()
@@ -164,7 +170,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Any
     ) -> pb.ServerMetadataResponse:
-        return server_metadata(self._version, EXTENSIONS, self._core.info.cuda_shared_memory)
+        return server_metadata(
+            self._name, self._version, EXTENSIONS, self._core.info.cuda_shared_memory
+        )
 
     @_edge
     async def ModelMetadata(
@@ -204,7 +212,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             request.model_version,
             decode_inputs(request),
             requested_outputs(request),
-            infer_options(request),
+            self._forwarding.apply(infer_options(request), context.invocation_metadata() or ()),
             request.id,
             _trace_headers(context) if self._core.info.tracing else None,
             output_locations(request),

@@ -20,6 +20,7 @@ from server.contract.errors import (
 from server.contract.requests import InferRequest
 from server.contract.settings import RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
+from server.frontend.forwarding import HeaderForwarding
 from server.frontend.http.admin import AdminRoutes, load_request
 from server.frontend.http.codec import (
     HEADER_LENGTH,
@@ -51,6 +52,8 @@ async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse
     """Domain errors answer `{"error": ...}` with their status; anything unexpected is 500."""
     try:
         return await handler(request)
+    except web.HTTPRequestEntityTooLarge:  # the body, decompressed, is past the limit
+        return web.json_response({"error": _too_large(request.client_max_size)}, status=400)
     except web.HTTPException:
         raise
     except ServerError as exc:
@@ -58,6 +61,14 @@ async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse
     except Exception as exc:
         _log.exception("%s %s failed unexpectedly", request.method, request.path)
         return web.json_response({"error": f"internal error: {exc}"}, status=500)
+
+
+def _too_large(limit: int) -> str:
+    # Triton's words (and its 400) for a body past --http-max-input-size.
+    return (
+        f"Request size exceeds the maximum allowed value of {limit} bytes. Use "
+        "--http-max-input-size to increase the limit."
+    )
 
 
 def _model(request: web.Request) -> tuple[str, str]:
@@ -88,9 +99,13 @@ class HttpFrontEnd:
         *,
         trace: TraceSettings | None = None,
         restricted: Sequence[RestrictedProtocol] = (),
+        name: str = "convoy",
+        forward_pattern: str | None = None,
     ) -> None:
         self._core = core
+        self._name = name  # what server metadata reports (Triton's --id)
         self._version = version
+        self._forwarding = HeaderForwarding(forward_pattern)
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._max_body_bytes = max_body_bytes
         self._admin = AdminRoutes(core, trace or TraceSettings())
@@ -172,7 +187,7 @@ class HttpFrontEnd:
 
     async def server_metadata(self, request: web.Request) -> web.Response:
         serves_cuda = self._core.info.cuda_shared_memory
-        metadata = server_metadata(self._version, HTTP_EXTENSIONS, serves_cuda)
+        metadata = server_metadata(self._name, self._version, HTTP_EXTENSIONS, serves_cuda)
         return web.json_response(message_json(metadata))
 
     async def model_metadata(self, request: web.Request) -> web.Response:
@@ -227,7 +242,7 @@ class HttpFrontEnd:
                 version,
                 decode_inputs(body, binary, name),
                 outputs,
-                infer_options(body),
+                self._forwarding.apply(infer_options(body), request.headers.items()),
                 request_id,
                 trace_carrier(request.headers) if self._core.info.tracing else None,
                 output_locations(body),
