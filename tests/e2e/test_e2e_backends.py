@@ -611,24 +611,37 @@ def test_execution_errors_fail_only_their_requests(
     assert _infer(triton, "pt_simple", _pair(1, seed=1)).as_numpy("OUTPUT0").shape == (1, 16)
 
 
-def test_missing_torch_names_the_extra(
-    start_server: StartServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("module", "config", "filename", "extra"),
+    [
+        ("torch", 'backend: "pytorch"\n' + SIMPLE_IO, "model.pt", "pytorch"),
+        ("openvino", 'backend: "openvino"\n', "model.xml", "openvino"),
+    ],
+)
+def test_a_missing_framework_names_its_extra(
+    start_server: StartServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    module: str,
+    config: str,
+    filename: str,
+    extra: str,
 ) -> None:
-    """A server whose Python cannot import torch (a torch package that fails to import first on
-    its path, as where the extra is not installed) says how to install it."""
+    """A server whose Python cannot import the framework (a package of that name that fails to
+    import first on its path, as where the extra is not installed) says how to install it."""
     shadow = tmp_path / "shadow"
-    (shadow / "torch").mkdir(parents=True)
-    (shadow / "torch" / "__init__.py").write_text(
-        "raise ImportError(\"No module named 'torch'\")\n"
-    )
+    (shadow / module).mkdir(parents=True)
+    failing = f"raise ImportError(\"No module named '{module}'\")\n"
+    (shadow / module / "__init__.py").write_text(failing)
     repo = tmp_path / "models"
     repo.mkdir()
-    _write(repo, "pt", _config("pt", 'backend: "pytorch"', SIMPLE_IO), {"model.pt": b"x"})
+    _write(repo, "m", f'name: "m"\n{config}', {filename: b"x"})
     monkeypatch.setenv("PYTHONPATH", str(shadow))
     server = start_server(repo, "--strict-readiness", "false")
     with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
-        reason = client.get_model_repository_index().models[0].reason
-    assert "pip install 'convoy[pytorch]'" in reason
+        entry = client.get_model_repository_index().models[0]
+    assert entry.state == "UNAVAILABLE"
+    assert f"pip install 'convoy[{extra}]'" in entry.reason
 
 
 def _framework(model: str, repository: Path) -> Any:
