@@ -17,6 +17,7 @@ from typing import Any
 from server.contract import link
 from server.contract.arena import Allocator, Arena
 from server.contract.errors import InternalError, ServerError, UnavailableError
+from server.contract.ports import probe_port
 from server.contract.responses import InferResponse
 from server.contract.wire import Channel, Message
 from server.core.local import LocalCore
@@ -305,13 +306,7 @@ def reserve_port(host: str, port: int, shared: bool = False) -> socket.socket:
     unless `shared` says it may (Triton's --reuse-grpc-port, --reuse-http-port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if not shared:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
-            try:
-                probe.bind((host, port))
-            except OSError as exc:
-                raise OSError(f"cannot bind {host}:{port}: {exc.strerror}") from None
-            port = probe.getsockname()[1]
+        port = probe_port(host, port)
     reserved = socket.socket(family, socket.SOCK_STREAM)
     reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.contract.core import Core
+from server.contract.ports import probe_port
 from server.contract.settings import FrontEndSettings, GrpcTls
 from server.frontend.grpc import InferenceServicer
 from server.frontend.http import HttpFrontEnd
@@ -76,6 +77,8 @@ class FrontEnd:
             f"[{host}]:{settings.grpc_port}" if ":" in host else f"{host}:{settings.grpc_port}"
         )
         tls = settings.grpc.tls
+        if settings.grpc_port and not (settings.reuse_port or settings.reuse_grpc_port):
+            probe_port(host, settings.grpc_port)  # before grpc logs its own bind failure
         try:
             if tls is None:
                 port = server.add_insecure_port(address)
