@@ -3,8 +3,9 @@ against its own framework's in-process ceiling: infer/s and p99 at each concurre
 
 Every backend gets the same config (max_batch_size 32, dynamic batching with preferred sizes 8
 and 16 and a 2 ms delay, one CPU instance) and one server of its own; perf_analyzer drives it
-(batch 1 per request, closed loop). The ceiling is the framework alone in this process with its
-default settings, one thread calling it back to back, at its best batch size of 1, 8, 16 and 32.
+(batch 1 per request, closed loop) after an unrecorded warm-up at the highest concurrency. The
+ceiling is the framework alone in this process with its default settings, one thread calling it
+back to back, at its best batch size of 1, 8, 16 and 32.
 The models come from scripts/models.py (TorchScript traced from it, IR converted from it).
 
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
@@ -135,10 +136,18 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--metrics-port", "0", "--http-port", "0"]
             log = work / f"{backend}.log"
             with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
+                # Unrecorded warm-up at the highest concurrency: TorchScript's profiling executor
+                # optimizes each new batch shape on its first runs, which take seconds.
+                url, model, top_c = (
+                    f"127.0.0.1:{port}",
+                    f"resnet18_{backend}",
+                    max(args.concurrency),
+                )
+                run_perf_analyzer(url, model, top_c, 1000, work / "warm-up.csv", "grpc")
                 for concurrency in args.concurrency:
                     run = run_perf_analyzer(
-                        f"127.0.0.1:{port}",
-                        f"resnet18_{backend}",
+                        url,
+                        model,
                         concurrency,
                         args.window_ms,
                         work / f"{backend}_{concurrency}.csv",
