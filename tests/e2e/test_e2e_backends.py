@@ -114,6 +114,9 @@ def _build(repo: Path, work: Path) -> None:
             instance_group [ { count: 2 kind: KIND_CPU } ]
             parameters { key: "DISABLE_OPTIMIZED_EXECUTION" value: { string_value: "true" } }
             parameters { key: "INFERENCE_MODE" value: { string_value: "false" } }
+            model_warmup [ { name: "b4" batch_size: 4 count: 2 inputs {
+              key: "INPUT__0" value: { data_type: TYPE_FP32 dims: [ 256 ] random_data: true }
+            } } ]
             """,
         ),
         {"model.pt": mlp_pt},
