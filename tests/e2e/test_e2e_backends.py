@@ -57,7 +57,7 @@ output [
 """
 BATCHED = """\
 max_batch_size: 8
-dynamic_batching { max_queue_delay_microseconds: 50000 }
+dynamic_batching { max_queue_delay_microseconds: 100000 }
 instance_group [ { count: 2 kind: KIND_CPU } ]
 """
 
