@@ -27,6 +27,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ from scripts.gen_models import write_accumulate, write_simple
 
 SERVING = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
 RETRYABLE = {"StatusCode.UNAVAILABLE", "503", "StatusCode.CANCELLED"}
+_AFTER_S = 5.0  # how long after a reload or a killed worker its refusals are owed to it
+_RETRY_S = 0.05  # a client's pause before it retries
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,10 +56,21 @@ class Tally:
         self._lock = threading.Lock()
         self.counts: Counter[tuple[str, str]] = Counter()
         self.faults: list[str] = []
+        self.disturbed: list[tuple[float, str]] = []  # (monotonic time, what): reloads, kills
 
     def add(self, kind: str, outcome: str) -> None:
         with self._lock:
             self.counts[(kind, outcome)] += 1
+
+    def disturb(self, what: str) -> None:
+        with self._lock:
+            self.disturbed.append((time.monotonic(), what))
+
+    def cause(self) -> str | None:
+        """The disturbance of the last few seconds a refusal is owed to (None: none)."""
+        with self._lock:
+            recent = [what for at, what in self.disturbed if time.monotonic() - at < _AFTER_S]
+        return recent[-1] if recent else None
 
     def fault(self, kind: str, what: str) -> None:
         with self._lock:
@@ -77,9 +91,16 @@ def _inputs(module: Any, rng: np.random.Generator) -> tuple[list[Any], np.ndarra
 
 
 def _outcome(tally: Tally, kind: str, error: InferenceServerException) -> None:
+    """A deadline the client set, or a retryable refusal owed to a recent disturbance (the
+    client pauses, then goes on); anything else is a fault."""
     status = str(error.status())
-    if status in RETRYABLE or "Deadline" in status or "DEADLINE" in status:
+    if "DEADLINE" in status or "Deadline" in status:
         tally.add(kind, status)
+        return
+    cause = tally.cause()
+    if status in RETRYABLE and cause is not None:
+        tally.add(kind, f"{status} after a {cause}")
+        time.sleep(_RETRY_S)
     else:
         tally.fault(kind, f"{status} {error.message()}")
 
@@ -106,13 +127,21 @@ def unary(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: in
 
 def http(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    with contextlib.closing(httpclient.InferenceServerClient(http_url)) as client:
-        while not stop.is_set():
-            inputs, a, b = _inputs(httpclient, rng)
-            try:
-                _check(tally, "http", client.infer("simple", inputs), a, b)
-            except InferenceServerException as error:
-                _outcome(tally, "http", error)
+    while not stop.is_set():
+        with contextlib.closing(httpclient.InferenceServerClient(http_url)) as client:
+            while not stop.is_set():
+                inputs, a, b = _inputs(httpclient, rng)
+                try:
+                    _check(tally, "http", client.infer("simple", inputs), a, b)
+                except InferenceServerException as error:
+                    _outcome(tally, "http", error)
+                except (OSError, HTTPException):  # its worker was killed: a client reconnects
+                    cause = tally.cause()
+                    if cause is None:
+                        tally.fault("http", "the connection closed with nothing disturbed")
+                    else:
+                        tally.add("http", f"connection lost after a {cause}")
+                    break
 
 
 def cancelled(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
@@ -154,8 +183,12 @@ def streams(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: 
                     tally.fault("stream", "a stream request was never answered")
                     break
                 if isinstance(answer, InferenceServerException):
+                    # The stream itself broke (its worker was killed): nothing more comes on it.
                     _outcome(tally, "stream", answer)
-                    continue
+                    unanswered = len(sent) - len(seen) - 1
+                    for _ in range(unanswered):
+                        tally.add("stream", "lost with its stream")
+                    break
                 request_id = answer.get_response().id
                 if request_id in seen:
                     tally.fault("stream", f"request {request_id} answered twice")
@@ -332,7 +365,7 @@ def _server(
 
 
 def _disturb(
-    url: str, process: subprocess.Popen[bytes], workers: int, stop: threading.Event
+    url: str, process: subprocess.Popen[bytes], workers: int, tally: Tally, stop: threading.Event
 ) -> Counter[str]:
     """Reload the model every 20 s and kill a worker every 45 s, until stopped."""
     done: Counter[str] = Counter()
@@ -342,13 +375,16 @@ def _disturb(
         while not stop.wait(1.0):
             now = time.monotonic()
             if now >= next_reload:
+                tally.disturb("reload")
                 with contextlib.suppress(InferenceServerException):
                     client.load_model("simple")
                     done["reloads"] += 1
+                tally.disturb("reload")
                 next_reload = now + 20
             if workers and now >= next_kill:
                 alive = _workers(process.pid)
                 if alive:
+                    tally.disturb("killed worker")
                     os.kill(alive[0], signal.SIGKILL)
                     done["workers killed"] += 1
                 next_kill = now + 45
@@ -380,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             disturbed: Counter[str] = Counter()
             disturber = threading.Thread(
                 target=lambda: disturbed.update(
-                    _disturb(url, process, args.frontend_workers, stop)
+                    _disturb(url, process, args.frontend_workers, tally, stop)
                 ),
                 daemon=True,
             )
