@@ -107,7 +107,7 @@ class OpenVinoInstance:
     def device(self) -> Device:
         return _CPU
 
-    def property(self, key: str) -> str:
+    def compiled_property(self, key: str) -> str:
         """A property of the compiled model as OpenVINO reports it, e.g. NUM_STREAMS."""
         return str(self._compiled.get_property(key))
 
