@@ -276,7 +276,7 @@ def test_exit_on_error_stops_a_start_whose_s3_repository_cannot_be_read(
     ("location", "module", "extra"),
     [
         ("s3://bucket/models", "boto3", "s3"),
-        ("gs://bucket/models", "google.cloud.storage", "gcs"),
+        ("gs://bucket/models", "gcloud.rest.storage", "gcs"),
         ("as://account/container/models", "azure.storage.blob", "azure"),
     ],
 )
@@ -377,7 +377,7 @@ def _gcs(log_dir: Path) -> tuple[GcsEmulator, str]:
     """gcp-storage-emulator: no credentials (the emulator checks none)."""
     store = GcsEmulator(log_dir / "gcs.log").start()
     try:
-        store.client().create_bucket(BUCKET)
+        store.create_bucket(BUCKET)
     except BaseException:
         store.stop()
         raise

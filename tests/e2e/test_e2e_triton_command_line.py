@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from onnx import TensorProto
-from triton_support import REPO_ROOT, Started, http_get, http_status, tritonserver_command
+from triton_support import Started, http_get, http_status, tritonserver_command
 
 from scripts import models
 
@@ -83,9 +83,9 @@ def rendered(line: str, repository: Path) -> list[str]:
 
 
 def script_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    # PYTHONPATH: the project's `proto` package must win over proto-plus's module of the same
-    # name, which google-api-core installs into the environment.
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(extra or {})}
+    """The installed `tritonserver` as a deployment runs it: no PYTHONPATH to find the project."""
+    plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**plain, **(extra or {})}
 
 
 @pytest.fixture(scope="module")

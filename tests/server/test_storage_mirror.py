@@ -4,6 +4,7 @@ downloads, keeps and removes, and how it fails."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from server.core.storage import CloudRepositories, Mirror, StorageUnavailableError
 from tests.azurite import Azurite, azurite_binary
-from tests.gcs_emulator import GcsEmulator
+from tests.gcs_emulator import GcsEmulator, refusing_token_endpoint
 from tests.moto_server import MotoServer, free_port
 
 BUCKET = "convoy-mirror"
@@ -206,25 +207,24 @@ async def test_the_https_endpoint_form_verifies_the_server(tmp_path: Path) -> No
 def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
     server = GcsEmulator(tmp_path_factory.mktemp("gcs") / "gcs.log").start()
     try:
-        server.client().create_bucket(BUCKET)
+        server.create_bucket(BUCKET)
         yield server
     finally:
         server.stop()
 
 
 async def test_a_gcs_repository_syncs_against_an_emulator(gcs: GcsEmulator, tmp_path: Path) -> None:
-    """gs:// through google-cloud-storage; an object written again has a new generation."""
-    bucket = gcs.client().bucket(BUCKET)
-    bucket.blob("models/a/1/model.onnx").upload_from_string(b"A")
-    bucket.blob("models/b/1/model.onnx").upload_from_string(b"B")
+    """gs:// through gcloud-rest-storage; an object written again has a new generation."""
+    gcs.put(BUCKET, "models/a/1/model.onnx", b"A")
+    gcs.put(BUCKET, "models/b/1/model.onnx", b"B")
     clouds = CloudRepositories(gcs.env())
     try:
         mirror = clouds.mirror(f"gs://{BUCKET}/models")
         await mirror.sync()
         assert _files(mirror) == {"a/1/model.onnx": b"A", "b/1/model.onnx": b"B"}
         before = _mtimes(mirror)
-        bucket.blob("models/a/1/model.onnx").upload_from_string(b"A2")
-        bucket.blob("models/b/1/model.onnx").delete()
+        gcs.put(BUCKET, "models/a/1/model.onnx", b"A2")
+        gcs.delete(BUCKET, "models/b/1/model.onnx")
         await mirror.sync()
         assert _files(mirror) == {"a/1/model.onnx": b"A2"}
         assert _mtimes(mirror)["a/1/model.onnx"] != before["a/1/model.onnx"]
@@ -238,6 +238,40 @@ async def test_a_gcs_repository_syncs_against_an_emulator(gcs: GcsEmulator, tmp_
         )
     finally:
         clouds.close()
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("dead-endpoint", "Connection refused"),
+        ("missing-file", "the credentials were refused \\(FileNotFoundError"),
+        # gcloud-rest-auth tries a token five times, backing off: this case takes seconds.
+        ("refused-grant", "the credentials were refused \\(400 Client Error.*invalid_grant"),
+    ],
+    ids=["dead-endpoint", "missing-file", "refused-grant"],
+)
+async def test_unusable_gcs_endpoints_and_credentials_are_clear_errors(
+    case: str, words: str, tmp_path: Path
+) -> None:
+    """No request reaches Google: the endpoint is a dead local port, and the credentials fail
+    before any storage request (a missing file; a token endpoint on 127.0.0.1 that refuses)."""
+    text = f"gs://{BUCKET}/models"
+    key = tmp_path / "user.json"
+    with refusing_token_endpoint() as token_uri:
+        user = {"client_id": "c", "client_secret": "s", "refresh_token": "r"}
+        key.write_text(json.dumps({"type": "authorized_user", "token_uri": token_uri, **user}))
+        env = {
+            "dead-endpoint": {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{free_port()}"},
+            "missing-file": {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "missing.json")},
+            "refused-grant": {"GOOGLE_APPLICATION_CREDENTIALS": str(key)},
+        }[case]
+        clouds = CloudRepositories(env)
+        try:
+            with pytest.raises(StorageUnavailableError, match=words) as caught:
+                await clouds.mirror(text).sync()
+            assert f"model repository '{text}' is unavailable" in str(caught.value)
+        finally:
+            clouds.close()
 
 
 @pytest.fixture(scope="module")

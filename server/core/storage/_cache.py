@@ -20,7 +20,7 @@ from server.core.storage._mirror import Mirror, ObjectStore
 from server.core.storage._s3 import S3Store
 from server.core.storage.errors import LocationError
 
-GCS_EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"  # google-cloud-storage's own, for emulators
+GCS_EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"  # Google's client libraries' own, for emulators
 AZURE_CONNECTION_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"  # Azure's tools' own
 MOUNT_VARIABLES = {
     "s3": "TRITON_AWS_MOUNT_DIRECTORY",
