@@ -12,7 +12,7 @@ COPY batching/ batching/
 COPY backends/ backends/
 # Only what writes the example models: editing scripts/deploy/ (the dashboard, Prometheus) must
 # not rebuild the image.
-COPY scripts/__init__.py scripts/models.py scripts/gen_models.py scripts/
+COPY scripts/__init__.py scripts/models.py scripts/framework_models.py scripts/gen_models.py scripts/
 COPY scripts/python_models/ scripts/python_models/
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && pip install "onnx>=1.16" "numpy>=1.26" \
@@ -22,11 +22,17 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
 # `tritonserver` command on PATH and at /opt/tritonserver/bin (Vertex AI's entry point calls that
 # path), the user `triton-server` (uid 1000, which Triton's charts run as), ports 8000-8002, and
 # no ENTRYPOINT: a `docker run IMAGE tritonserver ...` or a pod's args run as they are.
+# With the cloud extra (boto3, gcloud-rest-storage, azure-storage-blob and azure-identity), so
+# that --model-repository takes s3://, gs:// and as:// locations as Triton's image does; the build
+# fails should a dependency bring another top-level `proto` package (proto-plus does), which a
+# plain install would merge into Convoy's.
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/tritonserver/bin:$PATH
 COPY --from=builder /wheels /tmp/wheels
-RUN pip install /tmp/wheels/*.whl \
+RUN wheel="$(echo /tmp/wheels/convoy-*.whl)" \
+    && pip install "${wheel}[cloud]" \
+    && python -c "import importlib.metadata as m, sys; p = set(m.packages_distributions().get('proto', [])); sys.exit(p != {'convoy'} and f'top-level proto package from {sorted(p)}: only convoy may own it')" \
     && rm -rf /tmp/wheels \
     && mkdir -p /opt/tritonserver/bin \
     && ln -s /usr/local/bin/tritonserver /opt/tritonserver/bin/tritonserver \

@@ -339,6 +339,28 @@ def test_gpu_requirements_leave_out_the_cpu_onnxruntime() -> None:
         gpu_requirements(['x; python_version >= "3.11" and extra == "gpu"'])
 
 
+def test_gpu_requirements_expand_an_extra_made_of_convoys_own() -> None:
+    requires = [
+        "numpy>=1.26",
+        'onnxruntime-gpu>=1.31; extra == "gpu"',
+        'boto3>=1.34; extra == "s3"',
+        'gcloud-rest-storage>=9.6; extra == "gcs"',
+        'azure-storage-blob>=12.19; extra == "azure"',
+        'convoy[azure,gcs,s3]; extra == "cloud"',
+        'convoy[cloud]; extra == "all"',
+        'convoy[gcs]; extra == "dev"',
+        'pytest>=8; extra == "dev"',
+    ]
+    cloud = ["boto3>=1.34", "gcloud-rest-storage>=9.6", "azure-storage-blob>=12.19"]
+    assert gpu_requirements(requires, ["gpu", "cloud"]) == [
+        "numpy>=1.26",
+        "onnxruntime-gpu>=1.31",
+        *cloud,
+    ]
+    assert gpu_requirements(requires, ["all"]) == ["numpy>=1.26", *cloud]  # two levels down
+    assert gpu_requirements(requires) == ["numpy>=1.26", "onnxruntime-gpu>=1.31"]
+
+
 def test_gpu_requirements_of_the_installed_convoy() -> None:
     # As Dockerfile.gpu runs it, against this environment's convoy metadata.
     listed = subprocess.run(
@@ -352,6 +374,18 @@ def test_gpu_requirements_of_the_installed_convoy() -> None:
     assert {"onnxruntime-gpu", "cupy-cuda13x", "grpcio", "numpy"} <= names
     assert "onnxruntime" not in names
     assert not {"pytest", "ruff", "tritonclient"} & names
+
+    # As Dockerfile.gpu runs it for its image: the cloud extra's libraries, never convoy itself.
+    with_cloud = subprocess.run(
+        [sys.executable, str(DEPLOY / "gpu_requirements.py"), "convoy", "gpu", "cloud"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    cloud_names = {re.split(r"[^A-Za-z0-9._-]", line, maxsplit=1)[0].lower() for line in with_cloud}
+    assert names | {"boto3", "gcloud-rest-storage", "azure-storage-blob"} <= cloud_names
+    assert "convoy" not in cloud_names and "onnxruntime" not in cloud_names
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])

@@ -1,6 +1,7 @@
 """Both images keep Triton's conventions, read from the Dockerfiles (no Docker engine here): the
 `tritonserver` command on PATH and at /opt/tritonserver/bin/tritonserver, ports 8000-8002, no
-ENTRYPOINT to swallow a deployment's arguments, and a non-root user (Triton's `triton-server`)."""
+ENTRYPOINT to swallow a deployment's arguments, and a non-root user (Triton's `triton-server`);
+and the cloud extra, so that s3://, gs:// and as:// repositories work in them as in Triton's."""
 
 from __future__ import annotations
 
@@ -37,3 +38,44 @@ def test_tritonserver_is_a_console_script() -> None:
     scripts = project["project"]["scripts"]
     assert scripts["tritonserver"] == "server.cli:tritonserver"
     assert scripts["convoy"] == "server.cli:main"
+
+
+def install_lines(stage: str) -> list[str]:
+    """The stage's `RUN` commands, continuation lines joined, split at `&&`."""
+    joined = re.sub(r"\\\n\s*", " ", stage)
+    runs = re.findall(r"^RUN (.+)$", joined, re.MULTILINE)
+    return [part.strip() for run in runs for part in run.split("&&")]
+
+
+def test_the_cpu_image_installs_the_cloud_extra() -> None:
+    lines = install_lines(final_stage("Dockerfile"))
+    assert 'pip install "${wheel}[cloud]"' in lines
+    assert any(line.startswith('wheel="$(echo /tmp/wheels/convoy-') for line in lines)
+
+
+def test_the_gpu_image_installs_the_gpu_and_cloud_extras() -> None:
+    lines = install_lines(final_stage("Dockerfile.gpu"))
+    listing = [line for line in lines if line.startswith("python /tmp/gpu_requirements.py")]
+    assert listing == ["python /tmp/gpu_requirements.py convoy gpu cloud > /tmp/requirements.txt"]
+    assert "pip install -r /tmp/requirements.txt" in lines
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_the_image_build_fails_on_a_second_top_level_proto_package(dockerfile: str) -> None:
+    checks = [
+        line for line in install_lines(final_stage(dockerfile)) if "packages_distributions" in line
+    ]
+    assert len(checks) == 1
+    assert "get('proto', [])" in checks[0] and "p != {'convoy'}" in checks[0]
+
+
+def test_the_cloud_extra_brings_each_schemes_library() -> None:
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    assert extras["cloud"] == ["convoy[s3,gcs,azure]"]
+    named = " ".join(extras["s3"] + extras["gcs"] + extras["azure"])
+    assert {"boto3", "gcloud-rest-storage", "azure-storage-blob"} <= set(
+        re.findall(r"[\w.-]+", named)
+    )
+    assert "google-cloud-storage" not in named  # it brings proto-plus, whose `proto` shadows ours
