@@ -40,6 +40,15 @@ _OV_TYPES: dict[str, int] = {
 }
 
 
+def _first_lookups(request: Any, names: Sequence[str]) -> None:
+    """Look every input tensor up once, on the loading thread. The first lookups initialize
+    static state inside OpenVINO's Python binding; two instances' threads reaching them at once
+    on their first batches deadlocked (one held the GIL waiting for the static's guard, the other
+    the guard waiting for the GIL), with every request of the model hanging."""
+    for name in names:
+        request.get_tensor(name).get_element_type().to_dtype()
+
+
 def import_openvino() -> Any:
     """The openvino module; a load error naming the extra where it is missing."""
     try:
@@ -64,6 +73,7 @@ class OpenVinoInstance:
         self._name = name
         self._compiled = compiled
         self._request = compiled.create_infer_request()
+        _first_lookups(self._request, [t.name for t in signature.inputs])
         self._signature = signature
         self._output_names = [t.name for t in signature.outputs]
         self._fixed_batch = fixed_batch  # > 0: compiled for exactly this batch size
@@ -134,8 +144,9 @@ class OpenVinoInstance:
             if self._fixed_batch and rows != self._fixed_batch:
                 inputs = self._padded(inputs, rows)
             fed_ns = time.monotonic_ns()
-            # The batch's arrays are read in place; outputs are copied out of OpenVINO's own.
-            results = self._request.infer(inputs, share_inputs=True)
+            # Not share_inputs=True: two instances' first shared-memory inputs at once deadlock
+            # inside openvino 2026.4 (a C++ static initialized under the GIL).
+            results = self._request.infer(inputs)
             ran_ns = time.monotonic_ns()
             outputs = {name: np.asarray(results[name]) for name in self._output_names}
             if self._fixed_batch and rows != self._fixed_batch:
