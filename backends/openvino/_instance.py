@@ -161,7 +161,7 @@ class OpenVinoInstance:
         sets itself up (C++ statics initialized under the GIL) before instances run at once;
         best effort: a model that refuses zeros is still loaded, and serves what it takes."""
         rows = self._fixed_batch or 1
-        zeros = {
+        zeros: dict[str, np.ndarray] = {
             t.name: np.zeros([rows if d < 0 else d for d in t.shape], _NUMPY_TYPES[t.data_type])
             for t in self._signature.inputs
         }
