@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,6 @@ from proto import model_config_pb2 as mc
 
 INSTALL_HINT = "pip install 'convoy[openvino]'"
 _CPU = Device.cpu()
-_log = logging.getLogger(__name__)
 
 # OpenVINO element type names -> config data types (the ones NumPy holds as they are).
 _OV_TYPES: dict[str, int] = {
@@ -49,22 +47,6 @@ def _first_lookups(request: Any, names: Sequence[str]) -> None:
     the guard waiting for the GIL), with every request of the model hanging."""
     for name in names:
         request.get_tensor(name).get_element_type().to_dtype()
-
-
-_NUMPY_TYPES: dict[int, type] = {
-    mc.TYPE_BOOL: np.bool_,
-    mc.TYPE_UINT8: np.uint8,
-    mc.TYPE_UINT16: np.uint16,
-    mc.TYPE_UINT32: np.uint32,
-    mc.TYPE_UINT64: np.uint64,
-    mc.TYPE_INT8: np.int8,
-    mc.TYPE_INT16: np.int16,
-    mc.TYPE_INT32: np.int32,
-    mc.TYPE_INT64: np.int64,
-    mc.TYPE_FP16: np.float16,
-    mc.TYPE_FP32: np.float32,
-    mc.TYPE_FP64: np.float64,
-}
 
 
 def import_openvino() -> Any:
@@ -121,9 +103,7 @@ class OpenVinoInstance:
                 f"model '{config.name}': OpenVINO cannot compile '{model_file}' for the CPU: "
                 f"{_first_line(exc)}"
             ) from exc
-        instance = cls(name, compiled, signature, fixed_batch, settings.batch_padding)
-        instance._first_run()
-        return instance
+        return cls(name, compiled, signature, fixed_batch, settings.batch_padding)
 
     @property
     def name(self) -> str:
@@ -156,20 +136,6 @@ class OpenVinoInstance:
         self._request = None
         self._compiled = None
 
-    def _first_run(self) -> None:
-        """One inference on zeros while the instance loads, so that openvino's Python binding
-        sets itself up (C++ statics initialized under the GIL) before instances run at once;
-        best effort: a model that refuses zeros is still loaded, and serves what it takes."""
-        rows = self._fixed_batch or 1
-        zeros: dict[str, np.ndarray] = {
-            t.name: np.zeros([rows if d < 0 else d for d in t.shape], _NUMPY_TYPES[t.data_type])
-            for t in self._signature.inputs
-        }
-        try:
-            self._request.infer(zeros)
-        except Exception as exc:
-            _log.debug("instance '%s': first run on zeros failed: %s", self._name, exc)
-
     def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
         try:
             start_ns = time.monotonic_ns()
@@ -178,8 +144,6 @@ class OpenVinoInstance:
             if self._fixed_batch and rows != self._fixed_batch:
                 inputs = self._padded(inputs, rows)
             fed_ns = time.monotonic_ns()
-            # Not share_inputs=True: two instances' first shared-memory inputs at once deadlocked
-            # inside openvino 2026.4 (a C++ static initialized while another thread held the GIL).
             results = self._request.infer(inputs)
             ran_ns = time.monotonic_ns()
             outputs = {name: np.asarray(results[name]) for name in self._output_names}
