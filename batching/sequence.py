@@ -221,8 +221,7 @@ class SequenceBatcher:
 
     @property
     def queue_depth(self) -> int:
-        slotted = [s for lane in self._lanes for s in lane.slots if s is not None]
-        return sum(len(s.requests) - s.running for s in (*slotted, *self._backlog))
+        return sum(len(s.requests) - s.running for s in self._all_sequences())
 
     @property
     def executor_count(self) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import astuple, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from backends import BackendError, ModelCaller, on_host
 from batching import QueueFullError, RequestResult, RequestTimeoutError, SequenceStep
 from server.contract.datatypes import wire_of
 from server.contract.model_io import check_request
-from server.contract.requests import InferInput, InferOptions, model_parameters
+from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
 from server.core.cache import Lookup
 from server.core.serving.servable import Servable
 
@@ -48,7 +48,7 @@ async def submit(
             options.timeout_us * 1000,
             options.parameters,
             options.device_outputs,
-            None if (flags := options.sequence) is None else SequenceStep(*astuple(flags)),
+            None if (flags := options.sequence) is None else _step(flags),
         )
     except (QueueFullError, RequestTimeoutError):
         target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
@@ -78,6 +78,12 @@ def _from_cache(target: Servable, lookup: Lookup, batch_size: int) -> RequestRes
     if target.reshape is not None:
         outputs = target.reshape.to_config(outputs)
     return RequestResult(outputs, 0, 0, 0, 0, max(batch_size, 1), CACHE_INSTANCE)
+
+
+def _step(flags: SequenceFlags) -> SequenceStep:
+    # The contract's sequence parameters as the batcher takes them (it never imports the
+    # contract); field by field, not astuple, which deep-copies on every request.
+    return SequenceStep(flags.id, flags.start, flags.end)
 
 
 async def infer_on(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy.typing as npt
@@ -95,7 +95,11 @@ class EnsembleScheduler:
                 f"ensemble '{self._plan.name}' is no longer accepting requests"
             )
         with self._in_flight.counted():
-            flags = None if sequence is None else SequenceFlags(*astuple(sequence))
+            flags = (
+                None
+                if sequence is None
+                else SequenceFlags(sequence.correlation_id, sequence.start, sequence.end)
+            )
             options = InferOptions(priority, timeout_ns // 1000, parameters, sequence=flags)
             return await self._run(inputs, batch_size, options)
 
