@@ -3,7 +3,10 @@ were answered and refused, and the latency (p50/p99) of each kind: a refusal sho
 and never slow down the accepted requests.
 
 The model is the example resnet18 with `max_queue_size: 8`; 64 requests are kept in flight over
-gRPC (tritonclient.grpc.aio, one channel per 8 requests).
+gRPC (tritonclient.grpc.aio, one channel per 8 requests). The same run first drives, with the same
+client and requests, a bare grpc.aio server (uvloop, as Convoy) whose ModelInfer does nothing but
+refuse: the floor of a refusal's cost in any grpc.aio front end on this machine, which Convoy's
+refusals are printed against.
 
 Usage: python scripts/overload_bench.py [--seconds 10] [--in-flight 64] [--frontend-workers 0]
 """
@@ -23,10 +26,13 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as aioclient
+import uvloop
 from tritonclient.utils import InferenceServerException
 
+from proto import grpc_service_pb2 as pb
 from scripts.gen_models import write_resnet18
 
 SERVING = re.compile(r"serving gRPC on [\d.]+:(\d+)")
@@ -72,37 +78,71 @@ async def _drive(url: str, seconds: float, in_flight: int) -> tuple[list[float],
     return accepted, refused, other
 
 
+async def _refuse_everything() -> None:
+    """The floor: a grpc.aio server whose ModelInfer refuses at once, as Convoy's full queue."""
+
+    async def infer(request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size")
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        infer,
+        request_deserializer=pb.ModelInferRequest.FromString,
+        response_serializer=pb.ModelInferResponse.SerializeToString,
+    )
+    service = grpc.method_handlers_generic_handler(
+        "inference.GRPCInferenceService", {"ModelInfer": handler}
+    )
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 1 << 30)])
+    server.add_generic_rpc_handlers([service])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    await server.wait_for_termination()
+
+
+def _measure(
+    command: list[str], log: Path, seconds: float, in_flight: int
+) -> tuple[list[float], list[float], int]:
+    """Start a server, drive it, stop it; the driver's results."""
+    with log.open("wb") as sink:
+        server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        for _ in range(1200):
+            found = SERVING.search(log.read_text(errors="replace"))
+            if found or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        if not found:
+            raise SystemExit(f"the server did not start:\n{log.read_text(errors='replace')}")
+        return asyncio.run(_drive(f"127.0.0.1:{found.group(1)}", seconds, in_flight))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--frontend-workers", type=int, default=0)
+    parser.add_argument("--refuse-everything", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.refuse_everything:
+        uvloop.run(_refuse_everything())
+        return 0
     with tempfile.TemporaryDirectory() as scratch:
         repository = Path(scratch) / "models"
         model_dir = write_resnet18(repository)
         config = model_dir / "config.pbtxt"
         text = config.read_text()
         config.write_text(text.replace("dynamic_batching {\n", QUEUE))
-        log = Path(scratch) / "server.log"
         command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repository)]
         command += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
         command += ["--frontend-workers", str(args.frontend_workers)]
-        with log.open("wb") as sink:
-            server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink)
-        try:
-            for _ in range(1200):
-                found = SERVING.search(log.read_text(errors="replace"))
-                if found or server.poll() is not None:
-                    break
-                time.sleep(0.1)
-            if not found:
-                raise SystemExit(f"the server did not start:\n{log.read_text(errors='replace')}")
-            url = f"127.0.0.1:{found.group(1)}"
-            accepted, refused, other = asyncio.run(_drive(url, args.seconds, args.in_flight))
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(60)
+        log = Path(scratch) / "server.log"
+        floor_command = [sys.executable, str(Path(__file__).resolve()), "--refuse-everything"]
+        _, floor, _ = _measure(floor_command, log, args.seconds, args.in_flight)
+        accepted, refused, other = _measure(command, log, args.seconds, args.in_flight)
     print(
         f"resnet18, max_queue_size 8, {args.in_flight} in flight, {args.seconds:.0f} s, "
         f"{args.frontend_workers} front-end workers"
@@ -110,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  accepted {len(accepted):6d}  {_percentiles(accepted)}")
     print(f"  refused  {len(refused):6d}  {_percentiles(refused)}")
     print(f"  other errors {other}")
+    print("floor: a bare grpc.aio server refusing every request, same client and load")
+    print(f"  refused  {len(floor):6d}  {_percentiles(floor)}")
+    if floor and refused:
+        ratios = np.percentile(refused, [50, 99]) / np.percentile(floor, [50, 99])
+        print(f"  Convoy's refusals / the floor's: p50 {ratios[0]:.2f}x  p99 {ratios[1]:.2f}x")
     return 0
 
 
