@@ -22,12 +22,10 @@ def int_parameter(model: str, params: Mapping[str, str], key: str, default: int)
     raw = params.get(key, "").strip()
     if raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ModelLoadError(
-            f"model '{model}': parameter '{key}' must be an integer, got '{raw}'"
-        ) from None
+    # ASCII digits only: int() alone also reads other scripts' digits and underscores.
+    if not (raw.isascii() and raw.removeprefix("-").isdigit()):
+        raise ModelLoadError(f"model '{model}': parameter '{key}' must be an integer, got '{raw}'")
+    value = int(raw)
     if value < 0:
         raise ModelLoadError(f"model '{model}': parameter '{key}' must be >= 0, got {value}")
     return value

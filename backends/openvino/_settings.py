@@ -81,13 +81,13 @@ def _yes(params: Mapping[str, str], key: str) -> bool:
 
 
 def _count(model: str, key: str, raw: str) -> str:
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise _bad(model, key, "a non-negative number", raw)
     return str(int(raw))
 
 
 def _streams(model: str, raw: str) -> str:
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise _bad(model, "NUM_STREAMS", "either AUTO/NUMA/<int_value>", raw)
     return str(int(raw))
 

@@ -4,6 +4,7 @@ traced (Triton's --trace-config), with the headers that carry a trace context.""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,10 +82,10 @@ class TraceSettings:
 
 
 def _int(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"--trace-config {name}: expected an integer, got '{value}'") from None
+    # ASCII digits only: int() alone also reads other scripts' digits and underscores.
+    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+        raise ConfigError(f"--trace-config {name}: expected an integer, got '{value}'")
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)

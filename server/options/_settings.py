@@ -184,7 +184,7 @@ def _auto_complete(values: Mapping[str, Any], notes: list[str]) -> AutoComplete:
     for key in sorted(set(settings) - {"default-max-batch-size"}):
         notes.append(f"--backend-config {key} has no effect in Convoy; ignored")
     raw = settings.get("default-max-batch-size", str(DEFAULT_MAX_BATCH_SIZE))
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise OptionError(f"--backend-config default-max-batch-size={raw}: expected an integer")
     disabled = values["disable_auto_complete_config"] or values["strict_model_config"] is True
     return AutoComplete(enabled=not disabled, default_max_batch_size=int(raw))

@@ -4,6 +4,7 @@ value, and the structured values (`GROUPS:KEY=VALUE`, `[BACKEND,]KEY=VALUE`, ...
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,10 +37,10 @@ def triton_bool(text: str) -> bool:
 
 
 def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Invalid option value. Got {text}") from None
+    # ASCII digits only: int() alone also reads other scripts' digits and underscores.
+    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(f"Invalid option value. Got {text}")
+    return int(text)
 
 
 def seconds(text: str) -> float:
@@ -100,7 +101,7 @@ def budget(text: str) -> int:
 def workers(text: str) -> int:
     if text == "auto":
         return auto_workers(usable_cores())
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"expected a number of workers or auto, got '{text}'")
     return int(text)
 

@@ -22,7 +22,7 @@ def budget_bytes(text: str) -> int:
     (half the GPUs' memory where there are GPUs, else half the RAM)."""
     if text == "auto":
         return auto_limit_bytes()
-    if not text.isdigit() or int(text) <= 0:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
         raise argparse.ArgumentTypeError(
             f"expected a positive number of bytes or auto, got '{text}'"
         )

@@ -55,6 +55,7 @@ def test_torch_parameters() -> None:
         ("INFERENCE_MODE", "maybe", "model 'm': parameter 'INFERENCE_MODE' must be 0, 1"),
         ("INTRA_OP_THREAD_COUNT", "two", "parameter 'INTRA_OP_THREAD_COUNT' must be an integer"),
         ("INTER_OP_THREAD_COUNT", "-1", "parameter 'INTER_OP_THREAD_COUNT' must be >= 0"),
+        ("INTRA_OP_THREAD_COUNT", "\u0662", "'INTRA_OP_THREAD_COUNT' must be an integer"),
     ],
 )
 def test_torch_refusals(key: str, value: str, message: str) -> None:
@@ -109,6 +110,8 @@ def test_openvino_parameters() -> None:
         ("NUM_STREAMS", "many", "'NUM_STREAMS' to be either AUTO/NUMA/<int_value>, got many"),
         ("PERFORMANCE_HINT", "fast", "LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got fast"),
         ("INFERENCE_NUM_THREADS", "-2", "'INFERENCE_NUM_THREADS' to be a non-negative number"),
+        ("INFERENCE_NUM_THREADS", "\u0663", "to be a non-negative number, got \u0663"),
+        ("NUM_STREAMS", "\u0662", "'NUM_STREAMS' to be either AUTO/NUMA/<int_value>"),
         ("HINT_BF16", "no", "'HINT_BF16' to be YES, got no"),
         ("INFERENCE_PRECISION_HINT", "f8", "'INFERENCE_PRECISION_HINT' to be f32, bf16 or f16"),
     ],

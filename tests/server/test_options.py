@@ -284,6 +284,10 @@ def test_no_effect_options_are_noted_once_with_the_reason() -> None:
             "and port 0.0.0.0:9000",
         ),
         (["--grpc-header-forward-pattern=("], {}, "is not a valid regular expression"),
+        # Numbers take ASCII digits only (int() alone reads Arabic-Indic digits, underscores).
+        (["--grpc-port=\u0661"], {}, "Invalid option value. Got \u0661"),
+        (["--grpc-port=8_001"], {}, "Invalid option value. Got 8_001"),
+        (["--backend-config=default-max-batch-size=\u0664"], {}, "expected an integer"),
     ],
 )
 def test_refused_command_lines_say_why(

@@ -110,6 +110,6 @@ def _redis(settings: dict[str, str]) -> RedisCacheSpec:
 
 
 def _int(cache: str, key: str, raw: str) -> int:
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise ConfigError(f"--cache-config {cache},{key}={raw}: expected a non-negative integer")
     return int(raw)

@@ -28,6 +28,7 @@ from server.core.repository._autocomplete import (
     PYTORCH_BACKEND,
     PYTORCH_DEFAULT_FILENAME,
 )
+from server.core.repository._versions import is_version_name
 from server.core.serving.ensemble import is_ensemble
 
 _log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def detect_backend(config: mc.ModelConfig, path: Path) -> mc.ModelConfig:
 
 
 def _versions(path: Path) -> list[Path]:
-    return [entry for entry in path.iterdir() if entry.is_dir() and entry.name.isdigit()]
+    return [entry for entry in path.iterdir() if entry.is_dir() and is_version_name(entry.name)]
 
 
 def plan(config: mc.ModelConfig) -> list[Placement]:
