@@ -51,14 +51,15 @@ class Rule:
     # "1", "ort" (0), "model" (cores // the model's instances), "all" (// every model's),
     # "global" (one pool for the process), "convoy" (OrtSettings.from_config)
     threads: str
-    spin: bool = True  # session.intra_op.allow_spinning
+    spin: bool = True  # session.intra_op.allow_spinning (for ONNX Runtime's own duration)
 
 
 RULES = (
     Rule("1 / inst", "1"),
     Rule("ORT (0)", "ort"),
     Rule("cores / model inst", "model"),
-    Rule("Convoy: cores / model inst, no spin", "convoy"),
+    Rule("cores / model inst, no spin", "model", spin=False),
+    Rule("Convoy: cores / model inst, 50 us spin", "convoy"),
     Rule("cores / all inst, no spin", "all", spin=False),
     Rule("global pool", "global"),
 )

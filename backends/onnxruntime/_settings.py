@@ -15,7 +15,13 @@ from proto import model_config_pb2 as mc
 
 # Instances a CPU (or KIND_AUTO) group runs when it gives no count: two, as Triton's ORT backend.
 DEFAULT_CPU_COUNT = 2
-_SPINNING = "session.intra_op.allow_spinning"  # ONNX Runtime's session config key, used as is
+# ONNX Runtime's session config keys, used as they are.
+_SPINNING = "session.intra_op.allow_spinning"
+_SPIN_US = "session.intra_op.spin_duration_us"
+# How long an idle intra-op thread spins before it sleeps when the config says nothing of
+# spinning: long enough to bridge the gaps between one run's operators, short enough that a
+# pool between runs gives its cores back to a busier model (measured in README, Performance).
+DEFAULT_SPIN_US = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,15 +30,17 @@ class OrtSettings:
 
     Without `intra_op_thread_count` / `inter_op_thread_count`, a model's instances share the
     cores: each session takes max(1, cores // instances) threads, so `count: 2` on 2 cores is one
-    thread each rather than ONNX Runtime's 2 x 2. Idle threads do not spin by default: a spinning
-    pool takes the cores from a busier model beside it (measured in the README, Performance).
+    thread each rather than ONNX Runtime's 2 x 2. Idle threads spin for `DEFAULT_SPIN_US`, not
+    ONNX Runtime's unbounded count: a pool spinning between runs takes the cores from a busier
+    model beside it, and one that never spins wakes its threads for every operator.
     """
 
     intra_op_threads: int = 1  # threads inside one operator, >= 0; 0 is ONNX Runtime's choice
     inter_op_threads: int = 1  # threads across operators (parallel execution only), >= 0
     parallel_execution: bool = False  # `execution_mode` 1 runs independent nodes in parallel
     optimize_graph: bool = True  # `optimization { graph { level: -1 } }` turns this off
-    allow_spinning: bool = False  # idle intra-op threads spin for work (`session.intra_op...`)
+    allow_spinning: bool = True  # idle intra-op threads spin for work before they sleep
+    spin_us: int | None = DEFAULT_SPIN_US  # for this long; None is ONNX Runtime's own spin
     # `optimization { execution_accelerators { ... } }`: TensorRT, CUDA options, OpenVINO.
     accelerators: Accelerators = field(default_factory=Accelerators)
 
@@ -47,7 +55,12 @@ class OrtSettings:
             inter_op_threads=int_parameter(config.name, params, "inter_op_thread_count", share),
             parallel_execution=int_parameter(config.name, params, "execution_mode", 0) == 1,
             optimize_graph=config.optimization.graph.level != -1,
-            allow_spinning=bool_parameter(config.name, params, _SPINNING),
+            allow_spinning=bool_parameter(config.name, params, _SPINNING, default=True),
+            spin_us=(
+                int_parameter(config.name, params, _SPIN_US, DEFAULT_SPIN_US)
+                if _SPIN_US in params or _SPINNING not in params
+                else None  # spinning asked for by name alone: ONNX Runtime's own
+            ),
             accelerators=Accelerators.from_config(config),
         )
 
@@ -56,6 +69,8 @@ class OrtSettings:
         options.intra_op_num_threads = self.intra_op_threads
         options.inter_op_num_threads = self.inter_op_threads
         options.add_session_config_entry(_SPINNING, "1" if self.allow_spinning else "0")
+        if self.allow_spinning and self.spin_us is not None:
+            options.add_session_config_entry(_SPIN_US, str(self.spin_us))
         options.execution_mode = (
             ort.ExecutionMode.ORT_PARALLEL
             if self.parallel_execution

@@ -52,17 +52,48 @@ def test_triton_parameters_win_over_the_share() -> None:
     )
     settings = OrtSettings.from_config(config, cores=64)
     assert settings == OrtSettings(
-        3, 2, parallel_execution=True, optimize_graph=False, allow_spinning=True
+        3, 2, parallel_execution=True, optimize_graph=False, allow_spinning=True, spin_us=None
     )
     zero = _config('parameters { key: "intra_op_thread_count" value: { string_value: "0" } }')
     assert OrtSettings.from_config(zero, cores=64).intra_op_threads == 0  # ORT's own choice
 
 
-def test_threads_do_not_spin_unless_asked() -> None:
-    assert not OrtSettings.from_config(mc.ModelConfig(), cores=2).allow_spinning
-    options = OrtSettings.from_config(mc.ModelConfig(), cores=2).session_options()
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+def test_threads_spin_briefly_unless_told() -> None:
+    settings = OrtSettings.from_config(mc.ModelConfig(), cores=2)
+    assert (settings.allow_spinning, settings.spin_us) == (True, 50)
+    options = settings.session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.intra_op.spin_duration_us") == "50"
     assert options.intra_op_num_threads == 2
+
+
+@pytest.mark.parametrize(
+    ("parameters", "spinning", "spin_us"),
+    [
+        ({"session.intra_op.allow_spinning": "0"}, "0", None),
+        ({"session.intra_op.allow_spinning": "1"}, "1", None),  # ONNX Runtime's own spin
+        ({"session.intra_op.spin_duration_us": "400"}, "1", "400"),
+        (
+            {"session.intra_op.allow_spinning": "1", "session.intra_op.spin_duration_us": "0"},
+            "1",
+            "0",
+        ),
+    ],
+)
+def test_spinning_as_the_config_says(
+    parameters: dict[str, str], spinning: str, spin_us: str | None
+) -> None:
+    text = " ".join(
+        f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+        for key, value in parameters.items()
+    )
+    options = OrtSettings.from_config(_config(text), cores=2).session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spinning
+    if spin_us is None:
+        with pytest.raises(RuntimeError, match="does not have configuration"):
+            options.get_session_config_entry("session.intra_op.spin_duration_us")
+    else:
+        assert options.get_session_config_entry("session.intra_op.spin_duration_us") == spin_us
 
 
 @pytest.mark.parametrize(
@@ -72,6 +103,9 @@ def test_threads_do_not_spin_unless_asked() -> None:
         ("inter_op_thread_count", "-1"),
         ("execution_mode", "parallel"),
         ("session.intra_op.allow_spinning", "yes"),
+        ("session.intra_op.spin_duration_us", "-5"),
+        ("intra_op_thread_count", "\u0662"),  # ASCII digits only
+        ("inter_op_thread_count", "1_0"),
     ],
 )
 def test_bad_parameter_is_a_load_error(key: str, value: str) -> None:
