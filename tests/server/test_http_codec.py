@@ -134,6 +134,13 @@ def test_output_locations_name_the_outputs_in_shared_memory() -> None:
         output_locations(both)
 
 
+@pytest.mark.parametrize("length", ["\u0662", "1_0", "-1", "2.0", ""])
+def test_header_length_is_ascii_digits(length: str) -> None:
+    with pytest.raises(InvalidInputError, match="must be a number of bytes"):
+        split_body(b"{}", length)
+    assert split_body(b"{}", " 2 ") == ({}, b"")
+
+
 def test_header_length_must_fit_the_body() -> None:
     with pytest.raises(InvalidInputError, match="holds 2 bytes"):
         split_body(b"{}", "10")

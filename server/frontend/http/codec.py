@@ -37,12 +37,13 @@ def split_body(body: bytes, header_length: str | None) -> tuple[JsonObject, byte
     if header_length is None:
         length = len(body)
     else:
-        try:
-            length = int(header_length)
-        except ValueError:
+        digits = header_length.strip()
+        # ASCII digits only: int() alone also reads other scripts' digits and underscores.
+        if not (digits.isascii() and digits.isdigit()):
             raise InvalidInputError(
                 f"{HEADER_LENGTH} must be a number of bytes, got '{header_length}'"
-            ) from None
+            )
+        length = int(digits)
         if not 0 <= length <= len(body):
             raise InvalidInputError(
                 f"{HEADER_LENGTH} is {length}, but the body holds {len(body)} bytes"
