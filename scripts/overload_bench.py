@@ -5,8 +5,8 @@ and never slow down the accepted requests.
 The model is the example resnet18 with `max_queue_size: 8`; 64 requests are kept in flight over
 gRPC (tritonclient.grpc.aio, one channel per 8 requests). The same run first drives, with the same
 client and requests, a bare grpc.aio server (uvloop, as Convoy) whose ModelInfer does nothing but
-refuse: the floor of a refusal's cost in any grpc.aio front end on this machine, which Convoy's
-refusals are printed against.
+refuse, in as many processes on one port as Convoy has front ends: the floor of a refusal's cost
+in any grpc.aio front end on this machine, which Convoy's refusals are printed against.
 
 Usage: python scripts/overload_bench.py [--seconds 10] [--in-flight 64] [--frontend-workers 0]
 """
@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -78,8 +80,9 @@ async def _drive(url: str, seconds: float, in_flight: int) -> tuple[list[float],
     return accepted, refused, other
 
 
-async def _refuse_everything() -> None:
-    """The floor: a grpc.aio server whose ModelInfer refuses at once, as Convoy's full queue."""
+async def _refuse_everything(port: int) -> None:
+    """The floor: a grpc.aio server whose ModelInfer refuses at once, as Convoy's full queue;
+    on `port` (0: any), which other such processes may share."""
 
     async def infer(request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size")
@@ -92,18 +95,18 @@ async def _refuse_everything() -> None:
     service = grpc.method_handlers_generic_handler(
         "inference.GRPCInferenceService", {"ModelInfer": handler}
     )
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 1 << 30)])
+    options = [("grpc.max_receive_message_length", 1 << 30), ("grpc.so_reuseport", 1)]
+    server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers([service])
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     await server.wait_for_termination()
 
 
-def _measure(
-    command: list[str], log: Path, seconds: float, in_flight: int
-) -> tuple[list[float], list[float], int]:
-    """Start a server, drive it, stop it; the driver's results."""
+@contextlib.contextmanager
+def _server(command: list[str], log: Path) -> Iterator[int]:
+    """A server process for the block; its gRPC port."""
     with log.open("wb") as sink:
         server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink)
     try:
@@ -114,7 +117,7 @@ def _measure(
             time.sleep(0.1)
         if not found:
             raise SystemExit(f"the server did not start:\n{log.read_text(errors='replace')}")
-        return asyncio.run(_drive(f"127.0.0.1:{found.group(1)}", seconds, in_flight))
+        yield int(found.group(1))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
@@ -125,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--frontend-workers", type=int, default=0)
-    parser.add_argument("--refuse-everything", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--refuse-everything", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.refuse_everything:
-        uvloop.run(_refuse_everything())
+    if args.refuse_everything is not None:
+        uvloop.run(_refuse_everything(args.refuse_everything))
         return 0
+    drive = (args.seconds, args.in_flight)
     with tempfile.TemporaryDirectory() as scratch:
         repository = Path(scratch) / "models"
         model_dir = write_resnet18(repository)
@@ -139,10 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repository)]
         command += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
         command += ["--frontend-workers", str(args.frontend_workers)]
-        log = Path(scratch) / "server.log"
         floor_command = [sys.executable, str(Path(__file__).resolve()), "--refuse-everything"]
-        _, floor, _ = _measure(floor_command, log, args.seconds, args.in_flight)
-        accepted, refused, other = _measure(command, log, args.seconds, args.in_flight)
+        floor_processes = max(1, args.frontend_workers)
+        with contextlib.ExitStack() as floor_servers:
+            port = floor_servers.enter_context(
+                _server([*floor_command, "0"], Path(scratch) / "floor-0.log")
+            )
+            for index in range(1, floor_processes):
+                log = Path(scratch) / f"floor-{index}.log"
+                floor_servers.enter_context(_server([*floor_command, str(port)], log))
+            _, floor, _ = asyncio.run(_drive(f"127.0.0.1:{port}", *drive))
+        with _server(command, Path(scratch) / "server.log") as port:
+            accepted, refused, other = asyncio.run(_drive(f"127.0.0.1:{port}", *drive))
     print(
         f"resnet18, max_queue_size 8, {args.in_flight} in flight, {args.seconds:.0f} s, "
         f"{args.frontend_workers} front-end workers"
@@ -150,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  accepted {len(accepted):6d}  {_percentiles(accepted)}")
     print(f"  refused  {len(refused):6d}  {_percentiles(refused)}")
     print(f"  other errors {other}")
-    print("floor: a bare grpc.aio server refusing every request, same client and load")
+    print(
+        f"floor: a bare grpc.aio server refusing every request, {floor_processes} process(es) "
+        "on one port, same client and load"
+    )
     print(f"  refused  {len(floor):6d}  {_percentiles(floor)}")
     if floor and refused:
         ratios = np.percentile(refused, [50, 99]) / np.percentile(floor, [50, 99])
