@@ -59,7 +59,7 @@ RULES = (
     Rule("ORT (0)", "ort"),
     Rule("cores / model inst", "model"),
     Rule("cores / model inst, no spin", "model", spin=False),
-    Rule("Convoy: cores / model inst, 50 us spin", "convoy"),
+    Rule("Convoy: ORT (0) for 1 inst, else cores / model inst; 50 us spin", "convoy"),
     Rule("cores / all inst, no spin", "all", spin=False),
     Rule("global pool", "global"),
 )
