@@ -17,13 +17,19 @@ def string_parameters(config: mc.ModelConfig) -> dict[str, str]:
     return {key: value.string_value for key, value in config.parameters.items()}
 
 
+def is_digits(text: str) -> bool:
+    """Whether `text` is one or more ASCII digits and nothing else, as Triton's grammar writes
+    numbers: `str.isdigit()` and `int()` also take other scripts' digits ("\u0661"), and `int()`
+    underscores."""
+    return text.isascii() and text.isdigit()
+
+
 def int_parameter(model: str, params: Mapping[str, str], key: str, default: int) -> int:
     """A non-negative integer; absent or empty is `default`."""
     raw = params.get(key, "").strip()
     if raw == "":
         return default
-    # ASCII digits only: int() alone also reads other scripts' digits and underscores.
-    if not (raw.isascii() and raw.removeprefix("-").isdigit()):
+    if not is_digits(raw.removeprefix("-")):
         raise ModelLoadError(f"model '{model}': parameter '{key}' must be an integer, got '{raw}'")
     value = int(raw)
     if value < 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from backends.config import is_digits
 from backends.errors import ModelLoadError
 from proto import model_config_pb2 as mc
 
@@ -184,7 +185,7 @@ def _tensorrt_options(model: str, parameters: Mapping[str, str]) -> dict[str, st
 
 def _integer(model: str, key: str, value: str, signed: bool = False) -> str:
     digits = value[1:] if signed and value.startswith("-") else value
-    if not digits.isascii() or not digits.isdigit():
+    if not is_digits(digits):
         raise ModelLoadError(
             f"model '{model}': TensorRT parameter '{key}' must be an integer, got '{value}'"
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from backends.config import instance_count, string_parameters
+from backends.config import instance_count, is_digits, string_parameters
 from backends.device import usable_cores
 from backends.errors import ModelLoadError
 from proto import model_config_pb2 as mc
@@ -81,13 +81,13 @@ def _yes(params: Mapping[str, str], key: str) -> bool:
 
 
 def _count(model: str, key: str, raw: str) -> str:
-    if not (raw.isascii() and raw.isdigit()):
+    if not is_digits(raw):
         raise _bad(model, key, "a non-negative number", raw)
     return str(int(raw))
 
 
 def _streams(model: str, raw: str) -> str:
-    if not (raw.isascii() and raw.isdigit()):
+    if not is_digits(raw):
         raise _bad(model, "NUM_STREAMS", "either AUTO/NUMA/<int_value>", raw)
     return str(int(raw))
 

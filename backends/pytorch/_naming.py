@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from backends.config import is_digits
 from backends.errors import ModelLoadError
 
 _log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def _positions(names: Sequence[str], arguments: Sequence[str], naming: Naming) -
 def _index(name: str) -> int | None:
     """The index of `<name>__<index>` (after the first `__`, digits only), else None."""
     _head, found, tail = name.partition(_DELIMITER)
-    if not found or not tail.isdigit() or not tail.isascii():
+    if not found or not is_digits(tail):
         return None
     return int(tail)
 

@@ -4,12 +4,12 @@ traced (Triton's --trace-config), with the headers that carry a trace context.""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from server.contract.errors import ConfigError
+from server.contract.numbers import parse_integer
 
 TRACE_HEADERS = ("traceparent", "tracestate")  # W3C trace context in gRPC metadata
 
@@ -82,10 +82,10 @@ class TraceSettings:
 
 
 def _int(name: str, value: str) -> int:
-    # ASCII digits only: int() alone also reads other scripts' digits and underscores.
-    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+    number = parse_integer(value)
+    if number is None:
         raise ConfigError(f"--trace-config {name}: expected an integer, got '{value}'")
-    return int(value)
+    return number
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from server.contract.logs import LogState
+from server.contract.numbers import is_digits
 from server.contract.settings import GrpcOptions, GrpcTls, TraceSettings
 from server.core.repository import DEFAULT_MAX_BATCH_SIZE, AutoComplete
 from server.options._endpoints import ANY, LOOPBACK
@@ -184,7 +185,7 @@ def _auto_complete(values: Mapping[str, Any], notes: list[str]) -> AutoComplete:
     for key in sorted(set(settings) - {"default-max-batch-size"}):
         notes.append(f"--backend-config {key} has no effect in Convoy; ignored")
     raw = settings.get("default-max-batch-size", str(DEFAULT_MAX_BATCH_SIZE))
-    if not (raw.isascii() and raw.isdigit()):
+    if not is_digits(raw):
         raise OptionError(f"--backend-config default-max-batch-size={raw}: expected an integer")
     disabled = values["disable_auto_complete_config"] or values["strict_model_config"] is True
     return AutoComplete(enabled=not disabled, default_max_batch_size=int(raw))

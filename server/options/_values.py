@@ -4,11 +4,11 @@ value, and the structured values (`GROUPS:KEY=VALUE`, `[BACKEND,]KEY=VALUE`, ...
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from backends import usable_cores
+from server.contract.numbers import is_digits, parse_integer
 from server.contract.settings import RestrictedProtocol
 from server.core.repository import auto_limit_bytes
 from server.frontend.grpc import RESTRICTABLE_GROUPS
@@ -37,10 +37,10 @@ def triton_bool(text: str) -> bool:
 
 
 def integer(text: str) -> int:
-    # ASCII digits only: int() alone also reads other scripts' digits and underscores.
-    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
+    value = parse_integer(text)
+    if value is None:
         raise argparse.ArgumentTypeError(f"Invalid option value. Got {text}")
-    return int(text)
+    return value
 
 
 def seconds(text: str) -> float:
@@ -101,7 +101,7 @@ def budget(text: str) -> int:
 def workers(text: str) -> int:
     if text == "auto":
         return auto_workers(usable_cores())
-    if not (text.isascii() and text.isdigit()):
+    if not is_digits(text):
         raise argparse.ArgumentTypeError(f"expected a number of workers or auto, got '{text}'")
     return int(text)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from server.contract.numbers import is_digits
 from server.core.repository import auto_limit_bytes
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -22,7 +23,7 @@ def budget_bytes(text: str) -> int:
     (half the GPUs' memory where there are GPUs, else half the RAM)."""
     if text == "auto":
         return auto_limit_bytes()
-    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+    if not is_digits(text) or int(text) <= 0:
         raise argparse.ArgumentTypeError(
             f"expected a positive number of bytes or auto, got '{text}'"
         )

@@ -361,29 +361,27 @@ def test_gpu_requirements_expand_an_extra_made_of_convoys_own() -> None:
     assert gpu_requirements(requires) == ["numpy>=1.26", "onnxruntime-gpu>=1.31"]
 
 
-def test_gpu_requirements_of_the_installed_convoy() -> None:
-    # As Dockerfile.gpu runs it, against this environment's convoy metadata.
+def _listed_names(*arguments: str) -> set[str]:
+    """The distribution names gpu_requirements.py prints for `arguments`, lower-cased."""
     listed = subprocess.run(
-        [sys.executable, str(DEPLOY / "gpu_requirements.py"), "convoy"],
+        [sys.executable, str(DEPLOY / "gpu_requirements.py"), *arguments],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout.splitlines()
-    names = {re.split(r"[^A-Za-z0-9._-]", line, maxsplit=1)[0].lower() for line in listed}
+    return {re.split(r"[^A-Za-z0-9._-]", line, maxsplit=1)[0].lower() for line in listed}
+
+
+def test_gpu_requirements_of_the_installed_convoy() -> None:
+    # As Dockerfile.gpu runs it, against this environment's convoy metadata.
+    names = _listed_names("convoy")
     assert {"onnxruntime-gpu", "cupy-cuda13x", "grpcio", "numpy"} <= names
     assert "onnxruntime" not in names
     assert not {"pytest", "ruff", "tritonclient"} & names
 
     # As Dockerfile.gpu runs it for its image: the cloud extra's libraries, never convoy itself.
-    with_cloud = subprocess.run(
-        [sys.executable, str(DEPLOY / "gpu_requirements.py"), "convoy", "gpu", "cloud"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout.splitlines()
-    cloud_names = {re.split(r"[^A-Za-z0-9._-]", line, maxsplit=1)[0].lower() for line in with_cloud}
+    cloud_names = _listed_names("convoy", "gpu", "cloud")
     assert names | {"boto3", "gcloud-rest-storage", "azure-storage-blob"} <= cloud_names
     assert "convoy" not in cloud_names and "onnxruntime" not in cloud_names
 

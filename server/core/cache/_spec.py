@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from server.contract.errors import ConfigError
+from server.contract.numbers import is_digits
 
 CACHE_NAMES = ("local", "redis")
 
@@ -110,6 +111,6 @@ def _redis(settings: dict[str, str]) -> RedisCacheSpec:
 
 
 def _int(cache: str, key: str, raw: str) -> int:
-    if not (raw.isascii() and raw.isdigit()):
+    if not is_digits(raw):
         raise ConfigError(f"--cache-config {cache},{key}={raw}: expected a non-negative integer")
     return int(raw)

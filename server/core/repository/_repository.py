@@ -27,6 +27,7 @@ from server.contract.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from server.contract.numbers import is_digits
 from server.core.cache import ResponseCache, version_cache
 from server.core.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
 from server.core.repository._budget import MemoryBudget, Resident, choose_evictions
@@ -508,7 +509,7 @@ def parse_version(version: str) -> int:
     """A request's model_version string as a number: ASCII digits, as Triton's grammar has
     them (int() alone would take spaces, underscores, '+' and other scripts' digits)."""
     digits = version[1:] if version.startswith("-") else version
-    if not (digits.isascii() and digits.isdigit()):
+    if not is_digits(digits):
         raise VERSION_NOT_A_NUMBER(version=version)
     if version.startswith("-"):
         raise VERSION_NEGATIVE(version=version)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError
+from server.contract.numbers import is_digits
 
 _log = logging.getLogger(__name__)
 
@@ -32,8 +33,7 @@ def list_versions(model_dir: Path) -> list[int]:
 
 def is_version_name(name: str) -> bool:
     """Whether a directory name is a version: a positive integer without leading zeros."""
-    # ASCII digits only: str.isdigit() and int() also take other scripts' digits ("\u0661").
-    return name.isascii() and name.isdigit() and not name.startswith("0")
+    return is_digits(name) and not name.startswith("0")
 
 
 def select_versions(

@@ -17,6 +17,7 @@ from server.contract.errors import (
     CLASSIFICATION_NOT_POSITIVE,
     InvalidInputError,
 )
+from server.contract.numbers import is_digits
 from server.contract.requests import (
     InferInput,
     InferOptions,
@@ -38,8 +39,7 @@ def split_body(body: bytes, header_length: str | None) -> tuple[JsonObject, byte
         length = len(body)
     else:
         digits = header_length.strip()
-        # ASCII digits only: int() alone also reads other scripts' digits and underscores.
-        if not (digits.isascii() and digits.isdigit()):
+        if not is_digits(digits):
             raise InvalidInputError(
                 f"{HEADER_LENGTH} must be a number of bytes, got '{header_length}'"
             )
