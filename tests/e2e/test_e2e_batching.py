@@ -325,43 +325,70 @@ def test_two_instances_execute_at_the_same_time(
     async def run(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
         return await aio.infer("resnet_two", _image())
 
-    start = time.monotonic_ns()
-    results = asyncio.run(_gather(server.url, [run] * 8))
-    wall_ns = time.monotonic_ns() - start
-    assert not any(isinstance(r, Exception) for r in results)
-    stats = _stats(client, "resnet_two")
-    assert stats.execution_count == 8
+    async def rounds() -> list[tuple[int, int]]:
+        # Executions on one instance at a time can never add up to more time than passed, so
+        # a round that shows more is proof; a round that does not (the client or a busy
+        # machine kept the second instance idle) proves nothing, and another round runs.
+        seen = []
+        async with aioclient.InferenceServerClient(server.url) as aio:
+            await run(aio)  # the connection made and both sessions warm before any clock runs
+            await asyncio.gather(run(aio), run(aio))
+            for _ in range(3):
+                before = _stats(client, "resnet_two")
+                start = time.monotonic_ns()
+                results = await asyncio.gather(
+                    *(run(aio) for _ in range(8)), return_exceptions=True
+                )
+                wall_ns = time.monotonic_ns() - start
+                assert not any(isinstance(r, Exception) for r in results), results
+                after = _stats(client, "resnet_two")
+                assert after.execution_count - before.execution_count == 8
+                compute_ns = (
+                    after.inference_stats.compute_infer.ns - before.inference_stats.compute_infer.ns
+                )
+                seen.append((compute_ns, wall_ns))
+                if compute_ns > wall_ns:
+                    break
+        return seen
+
+    seen = asyncio.run(rounds())
     # Executions add up to more time than passed: they overlapped.
-    assert stats.inference_stats.compute_infer.ns > wall_ns
+    assert seen[-1][0] > seen[-1][1], f"(compute ns, wall ns) per round: {seen}"
 
 
-def test_a_cancelled_request_is_counted_and_its_neighbours_served(
-    server: ConvoyServer, client: grpcclient.InferenceServerClient
-) -> None:
+CANCELED = 'nv_inference_request_failure{model="resnet_priority",reason="CANCELED",version="1"}'
+
+
+def _cancelled_count(server: ConvoyServer) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(CANCELED + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_cancelled_request_is_counted_and_its_neighbours_served(server: ConvoyServer) -> None:
     async def patient(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
         return await aio.infer("resnet_priority", _image())
 
     async def impatient(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.005)
-        return await aio.infer("resnet_priority", _image(), client_timeout=0.01)
+        return await aio.infer("resnet_priority", _image(), client_timeout=0.02)
 
-    results = asyncio.run(_gather(server.url, [patient, patient, impatient, patient]))
-    assert isinstance(results[2], InferenceServerException)
-    assert "Deadline" in results[2].message() or "DEADLINE" in str(results[2].status())
-    assert not any(isinstance(r, Exception) for i, r in enumerate(results) if i != 2)
-    deadline = time.monotonic() + 5
-    text = ""
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
-            text = page.read().decode()
-        if (
-            'nv_inference_request_failure{model="resnet_priority",reason="CANCELED",version="1"} 1'
-            in text
-        ):
+    # The impatient request's deadline passes while it waits behind the first three. On a busy
+    # machine it can pass before the request reaches the queue (the server then never sees it
+    # as a request to count), so a round that counts nothing runs again, up to three rounds;
+    # the three patient requests must be served in every round.
+    before = _cancelled_count(server)
+    counted = 0.0
+    for _ in range(3):
+        results = asyncio.run(_gather(server.url, [patient, patient, patient, impatient]))
+        assert not any(isinstance(r, Exception) for r in results[:3]), results
+        if isinstance(results[3], InferenceServerException):
+            assert "DEADLINE" in str(results[3].status()), results[3]
+        deadline = time.monotonic() + 2
+        while (counted := _cancelled_count(server) - before) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if counted:
             break
-        time.sleep(0.1)
-    assert 'reason="CANCELED"' in text
-    assert (
-        'nv_inference_request_failure{model="resnet_priority",reason="CANCELED",version="1"} 1'
-        in text
-    )
+    assert counted == 1, f"CANCELED counted {counted} times"

@@ -57,7 +57,7 @@ def _children(pid: int) -> set[int]:
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or reaped while being read
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
 
