@@ -20,7 +20,7 @@ from server.tools._measured import read_measured
 
 PA_PREPARE_TIMEOUT_S = 300
 CONCURRENCY = 8
-PA_WINDOW_MS = 2000  # perf_analyzer measures three such windows
+PA_WINDOW_MS = 1000  # perf_analyzer measures three such windows
 
 
 def profile(*args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
