@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,23 +41,28 @@ _OV_TYPES: dict[str, int] = {
 }
 
 
-def _first_lookups(request: Any, names: Sequence[str]) -> None:
-    """Look every input tensor up once, on the loading thread. The first lookups initialize
-    static state inside OpenVINO's Python binding; two instances' threads reaching them at once
-    on their first batches deadlocked (one held the GIL waiting for the static's guard, the other
-    the guard waiting for the GIL), with every request of the model hanging."""
-    for name in names:
-        request.get_tensor(name).get_element_type().to_dtype()
+# OpenVINO's Python binding builds process-wide static state (its element-type -> NumPy dtype
+# table, and pybind11's NumPy API under it) on first use, and two threads doing that first
+# use at once deadlock: one holds the static's guard while it waits for the GIL, the other the
+# GIL while it waits for the guard (models loading in parallel hung the server's start; two
+# instances' first batches hung every request of their model). The first use is made here,
+# one thread at a time: a thread waiting on this lock has let go of the GIL.
+_FIRST_USE = threading.Lock()
 
 
 def import_openvino() -> Any:
-    """The openvino module; a load error naming the extra where it is missing."""
-    try:
-        return importlib.import_module("openvino")
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"the OpenVINO backend needs openvino, which cannot be imported ({exc}): {INSTALL_HINT}"
-        ) from exc
+    """The openvino module with its binding's first NumPy use made; a load error naming the
+    extra where it is missing."""
+    with _FIRST_USE:
+        try:
+            ov = importlib.import_module("openvino")
+        except ImportError as exc:
+            raise ModelLoadError(
+                f"the OpenVINO backend needs openvino, which cannot be imported ({exc}): "
+                f"{INSTALL_HINT}"
+            ) from exc
+        ov.Type.f32.to_dtype()
+    return ov
 
 
 class OpenVinoInstance:
@@ -73,7 +79,6 @@ class OpenVinoInstance:
         self._name = name
         self._compiled = compiled
         self._request = compiled.create_infer_request()
-        _first_lookups(self._request, [t.name for t in signature.inputs])
         self._signature = signature
         self._output_names = [t.name for t in signature.outputs]
         self._fixed_batch = fixed_batch  # > 0: compiled for exactly this batch size

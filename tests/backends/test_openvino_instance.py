@@ -1,9 +1,12 @@
 """`OpenVinoInstance` driven directly: Triton's parameters reach the compiled model, a batching
-model's first dimension becomes dynamic, and a file OpenVINO cannot read is a load error."""
+model's first dimension becomes dynamic, a file OpenVINO cannot read is a load error, and
+instances loading on several threads at once, first thing in a process, do not deadlock."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,8 @@ from scripts import framework_models, models
 from tests.extras import require_extra
 
 require_extra("openvino", "openvino")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(text: str) -> mc.ModelConfig:
@@ -71,3 +76,33 @@ def test_a_file_openvino_cannot_read(tmp_path: Path) -> None:
     path.write_text("<net", encoding="utf-8")
     with pytest.raises(ModelLoadError, match="model 'm': OpenVINO cannot read"):
         OpenVinoInstance.load("m_1_0", path, _config(""))
+
+
+# Four threads reach OpenVINO's binding at once, first thing in a fresh process, as parallel
+# model loads and instances' first batches do: its first NumPy use from two threads at once
+# deadlocked (about one process in three here) unless `import_openvino` had made it.
+_FIRST_USES = """
+import threading
+import openvino
+from backends.openvino import import_openvino
+barrier = threading.Barrier(4)
+def first_use(index):
+    barrier.wait()
+    ov = import_openvino()
+    (ov.Type.f32 if index % 2 else ov.Type.i64).to_dtype()
+threads = [threading.Thread(target=first_use, args=(index,)) for index in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+"""
+
+
+def test_threads_first_using_openvino_at_once_do_not_deadlock() -> None:
+    runs = [subprocess.Popen([sys.executable, "-c", _FIRST_USES], cwd=ROOT) for _ in range(6)]
+    try:
+        codes = [run.wait(timeout=60) for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    assert codes == [0] * len(runs)
