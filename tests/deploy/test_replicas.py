@@ -632,35 +632,36 @@ def test_load_ratio_rises_and_falls_where_triton_queue_time_reads_low(stack: Sta
     _wait_for(lambda: set(stack.prometheus.by_pod(hpa)) == pods, "every pod's load ratio")
     _wait_for(lambda: all(v == 0 for v in stack.prometheus.by_pod(hpa).values()), "an idle start")
 
-    keda_pairs: list[tuple[float, float]] = []  # (KEDA's sum, the HPA's per-pod values summed)
-
-    def readings(seconds: float) -> list[dict[str, float]]:
+    def readings(seconds: float) -> list[tuple[dict[str, float], float]]:
+        """(the HPA's per-pod values, KEDA's sum), both evaluated at one instant."""
         found = []
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            at = time.time()  # both queries evaluated at one instant: the same samples
-            found.append(stack.prometheus.by_pod(hpa, at))
+            at = time.time()
             ((_, keda_sum),) = stack.prometheus.query(keda, at)
-            keda_pairs.append((keda_sum, sum(found[-1].values())))
+            found.append((stack.prometheus.by_pod(hpa, at), keda_sum))
             time.sleep(SCRAPE_S)
         return found
+
+    every_reading: list[tuple[dict[str, float], float]] = []
 
     levels: dict[str, dict[str, float]] = {}
     for name, clients in (("low", 3), ("high", 24)):
         load = Load(stack.balancer, grpc_busy=clients, grpc_simple=0, http=0)
         time.sleep(2)  # the queues fill and Prometheus scrapes
         seen = readings(3)
+        every_reading += seen
         if name == "high":
             triton = stack.prometheus.by_pod(_triton_queue_rule(stack))
             busy_queue = stack.prometheus.by_pod(_busy_queue_us(stack))
-            keda_high = float(np.median([keda_sum for keda_sum, _ in keda_pairs[-len(seen) :]]))
+            keda_high = float(np.median([keda_sum for _, keda_sum in seen]))
             pooled = stack.prometheus.by_pod(
                 f"sum by (pod) (convoy_inference_inflight_requests{{{stack.pods_selector()}}})"
                 f" / sum by (pod) (convoy_inference_capacity{{{stack.pods_selector()}}})"
             )
         counts = load.stop()
         assert counts["failed"] == counts["wrong"] == 0, counts
-        per_pod = {pod: float(np.median([r[pod] for r in seen if pod in r])) for pod in pods}
+        per_pod = {pod: float(np.median([r[pod] for r, _ in seen if pod in r])) for pod in pods}
         levels[name] = per_pod
         stack.figures[f"load_ratio_{name}"] = {
             "clients": clients,
@@ -674,8 +675,8 @@ def test_load_ratio_rises_and_falls_where_triton_queue_time_reads_low(stack: Sta
     # busy model's room); 24: about eight, twice what its instance runs at once.
     assert 0.1 <= average["low"] < 0.7 < 1.2 <= average["high"]
     # KEDA's query sums the pods: at any one instant, the HPA's per-pod values added up.
-    for keda_sum, hpa_sum in keda_pairs:
-        assert keda_sum == pytest.approx(hpa_sum), keda_pairs
+    for by_pod, keda_sum in every_reading:
+        assert keda_sum == pytest.approx(sum(by_pod.values())), every_reading
     triton_mean = float(np.mean(list(triton.values())))
     busy_mean = float(np.mean(list(busy_queue.values())))
     pooled_mean = float(np.mean(list(pooled.values())))
