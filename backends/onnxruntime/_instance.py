@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import time
 from collections.abc import Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from backends.base import (
 )
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from backends.instance_thread import InstanceThread
 from backends.onnxruntime._accelerators import check_available, check_used
 from backends.onnxruntime._settings import OrtSettings
 from proto import model_config_pb2 as mc
@@ -64,7 +63,7 @@ class OrtInstance:
         self._uses_strings = any(
             t.data_type == mc.TYPE_STRING for t in (*signature.inputs, *signature.outputs)
         )
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._worker = InstanceThread(name)
 
     @classmethod
     def load(cls, name: str, model_path: Path, settings: OrtSettings) -> OrtInstance:
@@ -110,11 +109,10 @@ class OrtInstance:
         device_outputs: bool = False,
     ) -> ExecutionResult:
         # ONNX models take no request parameters.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._run, requests, device_outputs)
+        return await self._worker.run(self._run, requests, device_outputs)
 
     def close(self) -> None:
-        self._worker.shutdown(wait=True)
+        self._worker.close()
 
     def _run(self, requests: Sequence[TensorMap], device_outputs: bool) -> ExecutionResult:
         # Assembly runs here, on the instance's worker, not on the event loop.

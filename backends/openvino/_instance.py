@@ -3,12 +3,10 @@ the instance's own worker thread (OpenVINO releases the GIL while it infers)."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from backends.assemble import concat_inputs, split_outputs
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap, TensorSignature
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.instance_thread import InstanceThread
 from backends.openvino._settings import OpenVinoSettings
 from proto import model_config_pb2 as mc
 
@@ -83,7 +82,7 @@ class OpenVinoInstance:
         self._output_names = [t.name for t in signature.outputs]
         self._fixed_batch = fixed_batch  # > 0: compiled for exactly this batch size
         self._batch_padding = batch_padding  # a smaller batch is padded up to the fixed one
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._worker = InstanceThread(name)
 
     @classmethod
     def load(cls, name: str, model_file: Path, config: mc.ModelConfig) -> OpenVinoInstance:
@@ -133,11 +132,10 @@ class OpenVinoInstance:
         device_outputs: bool = False,
     ) -> ExecutionResult:
         # OpenVINO models take no request parameters and compute on the CPU.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._run, requests)
+        return await self._worker.run(self._run, requests)
 
     def close(self) -> None:
-        self._worker.shutdown(wait=True)
+        self._worker.close()
         self._request = None
         self._compiled = None
 

@@ -8,7 +8,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from google.protobuf import json_format
 from backends.base import ExecutionResult, ModelSignature, Parameters, Response, TensorMap
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.instance_thread import InstanceClosedError, InstanceThread
 from backends.python._config import (
     config_json,
     is_decoupled,
@@ -84,7 +84,7 @@ class PythonInstance:
         self._worker: WorkerProcess | None = None
         self._batches = itertools.count()
         self._closed = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=model.instance)
+        self._executor = InstanceThread(model.instance)
 
     @classmethod
     def load(
@@ -105,7 +105,7 @@ class PythonInstance:
         try:
             instance._worker = instance._start_worker()
         except ModelLoadError:
-            instance._executor.shutdown()
+            instance._executor.close()
             raise
         return instance
 
@@ -188,7 +188,7 @@ class PythonInstance:
         if self._closed:
             return
         self._closed = True
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.close(cancel_pending=True)
         worker, self._worker = self._worker, None
         if worker is None:
             return
@@ -199,10 +199,10 @@ class PythonInstance:
     async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
         if self._closed:
             raise ExecutionError(f"{self._model.where()}: the instance is closed")
-        loop = self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, run, *args)
-        except RuntimeError as exc:  # the executor shut down between the check and the call
+            return await self._executor.run(run, *args)
+        except InstanceClosedError as exc:  # closed between the check and the call
             raise ExecutionError(f"{self._model.where()}: the instance is closed") from exc
 
     # Everything below runs on the instance's executor thread.

@@ -3,11 +3,9 @@ CUDA stream), fed and read by the naming conventions of Triton's PyTorch backend
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from backends.assemble import concat_inputs, split_outputs
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap, TensorSignature
 from backends.device import Device, host_tensors, import_cupy, is_device_array
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.instance_thread import InstanceThread
 from backends.pytorch._naming import ForwardArgument, TorchIO, named_index_only, plan_io
 from backends.pytorch._runtime import (
     TORCH_DTYPES,
@@ -54,7 +53,7 @@ class TorchInstance:
         torch = self._torch
         self._target = torch.device("cuda", device.id) if device.is_cuda else torch.device("cpu")
         self._stream = torch.cuda.Stream(device=self._target) if device.is_cuda else None
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._worker = InstanceThread(name)
 
     @classmethod
     def load(
@@ -104,11 +103,10 @@ class TorchInstance:
         device_outputs: bool = False,
     ) -> ExecutionResult:
         # TorchScript models take no request parameters.
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._run, requests, device_outputs)
+        return await self._worker.run(self._run, requests, device_outputs)
 
     def close(self) -> None:
-        self._worker.shutdown(wait=True)
+        self._worker.close()
         self._module = None
         if self._device.is_cuda:
             self._torch.cuda.empty_cache()

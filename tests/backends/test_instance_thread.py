@@ -1,0 +1,130 @@
+"""InstanceThread: calls run on its one thread in order; results, errors, cancellation, close."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from backends.instance_thread import InstanceClosedError, InstanceThread
+
+
+async def test_calls_run_on_the_thread_in_arrival_order() -> None:
+    worker = InstanceThread("instance_0")
+    seen: list[tuple[int, str]] = []
+
+    def call(index: int) -> int:
+        seen.append((index, threading.current_thread().name))
+        return index * 10
+
+    try:
+        results = await asyncio.gather(*(worker.run(call, i) for i in range(20)))
+    finally:
+        worker.close()
+    assert results == [i * 10 for i in range(20)]
+    assert seen == [(i, "instance_0") for i in range(20)]
+
+
+async def test_an_exception_reaches_the_caller_and_the_thread_goes_on() -> None:
+    worker = InstanceThread("instance_0")
+
+    def fail() -> None:
+        raise ValueError("bad batch")
+
+    try:
+        with pytest.raises(ValueError, match="bad batch"):
+            await worker.run(fail)
+        assert await worker.run(lambda: "next") == "next"
+    finally:
+        worker.close()
+
+
+async def test_a_call_cancelled_while_queued_never_runs() -> None:
+    worker = InstanceThread("instance_0")
+    release = threading.Event()
+    ran: list[str] = []
+    try:
+        busy = asyncio.ensure_future(worker.run(release.wait, 5))
+        queued = asyncio.ensure_future(worker.run(ran.append, "queued"))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        await asyncio.sleep(0)  # the cancellation lands before the thread frees up
+        release.set()
+        assert await busy is True
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert await worker.run(ran.append, "after") is None
+    finally:
+        worker.close()
+    assert ran == ["after"]
+
+
+async def test_a_caller_cancelled_while_its_call_runs_drops_the_result() -> None:
+    worker = InstanceThread("instance_0")
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(5)
+        return "late"
+
+    try:
+        running = asyncio.ensure_future(worker.run(slow))
+        await asyncio.to_thread(started.wait, 5)
+        running.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert await worker.run(lambda: "next") == "next"  # the late result harmed nothing
+    finally:
+        worker.close()
+
+
+async def _busy_and_queued(
+    worker: InstanceThread,
+) -> tuple[threading.Event, asyncio.Future[bool], asyncio.Future[str]]:
+    """A call holding the thread until the event is set, and one queued behind it."""
+    release = threading.Event()
+    busy = asyncio.ensure_future(worker.run(release.wait, 5))
+    queued = asyncio.ensure_future(worker.run(lambda: "queued"))
+    await asyncio.sleep(0.05)
+    return release, busy, queued
+
+
+async def test_close_lets_queued_calls_finish_and_refuses_new_ones() -> None:
+    worker = InstanceThread("instance_0")
+    release, busy, queued = await _busy_and_queued(worker)
+    release.set()
+    await asyncio.to_thread(worker.close)
+    assert await busy is True and await queued == "queued"
+    with pytest.raises(InstanceClosedError, match="closed"):
+        await worker.run(lambda: None)
+
+
+async def test_close_with_cancel_pending_fails_the_queued_calls() -> None:
+    worker = InstanceThread("instance_0")
+    release, busy, queued = await _busy_and_queued(worker)
+    closing = asyncio.ensure_future(asyncio.to_thread(worker.close, cancel_pending=True))
+    await asyncio.sleep(0.05)
+    release.set()
+    await closing
+    assert await busy is True  # the running call always finishes
+    with pytest.raises(InstanceClosedError, match="before the call ran"):
+        await queued
+
+
+def test_a_result_for_a_closed_loop_is_dropped_and_the_thread_serves_on() -> None:
+    worker = InstanceThread("instance_0")
+    release = threading.Event()
+    loop = asyncio.new_event_loop()
+    pending = loop.create_task(worker.run(release.wait, 5))
+    loop.run_until_complete(asyncio.sleep(0.05))  # the call is on the thread
+    pending.cancel()
+    loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
+    loop.close()
+    release.set()
+    try:
+        assert asyncio.run(worker.run(lambda: "served")) == "served"
+    finally:
+        worker.close()
