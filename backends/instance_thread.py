@@ -9,6 +9,7 @@ measured on the 2-core machine, a round trip costs about 25 us of CPU instead of
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import queue
 import threading
@@ -30,9 +31,12 @@ class InstanceThread:
         self._calls: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._closed = False
         self._cancel_pending = False  # set by close(cancel_pending=True): queued calls fail
-        # Daemon: a thread blocked on its queue must not hold the interpreter's exit.
+        # Daemon, so that a thread blocked on its queue never holds the interpreter's exit; and
+        # closed at exit, before the interpreter stops daemon threads, so that a batch running
+        # then finishes instead of its thread being stopped inside the framework's code.
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
+        atexit.register(self._close_at_exit)
 
     @property
     def name(self) -> str:
@@ -52,11 +56,15 @@ class InstanceThread:
     def close(self, *, cancel_pending: bool = False) -> None:
         """Stop taking calls and wait for the thread: queued calls still run, or, with
         `cancel_pending`, fail with InstanceClosedError; the running one always finishes."""
+        atexit.unregister(self._close_at_exit)
         self._closed = True
         self._cancel_pending = cancel_pending
         self._calls.put(_STOP)
         if threading.current_thread() is not self._thread:
             self._thread.join()
+
+    def _close_at_exit(self) -> None:
+        self.close(cancel_pending=True)
 
     def _serve(self) -> None:
         while (call := self._calls.get()) is not _STOP:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -128,3 +131,32 @@ def test_a_result_for_a_closed_loop_is_dropped_and_the_thread_serves_on() -> Non
         assert asyncio.run(worker.run(lambda: "served")) == "served"
     finally:
         worker.close()
+
+
+def test_the_interpreter_exits_after_the_running_call_finishes() -> None:
+    # The call is running when the main thread returns: it completes, and exit is clean.
+    script = textwrap.dedent(
+        """
+        import asyncio, threading, time
+        from backends.instance_thread import InstanceThread
+
+        worker = InstanceThread("instance_0")
+        started = threading.Event()
+
+        def slow():
+            started.set()
+            time.sleep(0.3)
+            print("finished", flush=True)
+
+        async def main():
+            asyncio.ensure_future(worker.run(slow))
+            await asyncio.to_thread(started.wait, 5)
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "finished\n"
