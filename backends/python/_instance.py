@@ -197,12 +197,10 @@ class PythonInstance:
             _log.warning("%s: %s", self._model.where(), error)
 
     async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
-        if self._closed:
-            raise ExecutionError(f"{self._model.where()}: the instance is closed")
         self._loop = asyncio.get_running_loop()
         try:
             return await self._executor.run(run, *args)
-        except InstanceClosedError as exc:  # closed between the check and the call
+        except InstanceClosedError as exc:  # close() closes the thread: its refusal says it
             raise ExecutionError(f"{self._model.where()}: the instance is closed") from exc
 
     # Everything below runs on the instance's executor thread.
