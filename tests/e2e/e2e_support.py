@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,14 @@ def serve_command(repository: Path, *flags: str) -> list[str]:
     ]
 
 
+def metric(text: str, name: str, **labels: str) -> float:
+    """One sample's value on a Prometheus page; NaN when the page has no such sample."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    pattern = "^" + re.escape(f"{name}{{{wanted}}}" if wanted else name) + r" (\S+)$"
+    found = re.findall(pattern, text, re.MULTILINE)
+    return float(found[0]) if found else float("nan")
+
+
 class ConvoyServer:
     """One `python -m server serve` process on free ports, its stderr in a log file."""
 
@@ -264,6 +273,12 @@ class ConvoyServer:
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def metrics(self) -> str:
+        """The Prometheus page, as the server serves it now."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as page:
+            body: bytes = page.read()
+        return body.decode()
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ConvoyServer:
         """Start the process and wait for its serving line; fail with the log otherwise."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -360,10 +359,9 @@ CANCELED = 'nv_inference_request_failure{model="resnet_priority",reason="CANCELE
 
 
 def _cancelled_count(server: ConvoyServer) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(CANCELED + " "):
-                return float(line.split()[-1])
+    for line in server.metrics().splitlines():
+        if line.startswith(CANCELED + " "):
+            return float(line.split()[-1])
     return 0.0
 
 

@@ -5,12 +5,10 @@ metrics; and a real redis-server that two servers share, killed and brought back
 from __future__ import annotations
 
 import contextlib
-import re
 import shutil
 import socket
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ from e2e_support import (
     ConvoyServer,
     StartServer,
     ensemble_config,
+    metric,
     shm_inputs,
 )
 from onnx import TensorProto
@@ -141,20 +140,6 @@ def _counted(hits: int, misses: int, executions: int) -> dict[str, int]:
     }
 
 
-def _scrape(server: ConvoyServer) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
-        body: bytes = page.read()
-    return body.decode()
-
-
-def _metric(text: str, name: str, **labels: str) -> float:
-    """The sample's value; NaN when the page has no such sample."""
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    pattern = "^" + re.escape(f"{name}{{{wanted}}}" if wanted else name) + r" (\S+)$"
-    found = re.findall(pattern, text, re.MULTILINE)
-    return float(found[0]) if found else float("nan")
-
-
 def test_equal_requests_hit_whatever_their_id_or_protocol(local: ConvoyServer) -> None:
     a, b = _pair(1)
     before = _stats(local.url)
@@ -195,16 +180,16 @@ def test_least_recently_used_entries_go_first_and_a_too_large_one_is_not_stored(
     _infer(local.url, *third)
     _infer(local.url, *second)  # evicted: runs again
     assert _delta(before, _stats(local.url)) == _counted(hits=3, misses=5, executions=5)
-    entries = _metric(_scrape(local), "nv_cache_num_entries")
+    entries = metric(local.metrics(), "nv_cache_num_entries")
     large = _pair(14, batch=8)  # two [8, 16] outputs: larger than the whole cache
     before = _stats(local.url)
     _infer(local.url, *large)
     _infer(local.url, *large)
     after = _stats(local.url)
     assert _delta(before, after) == {**_counted(hits=0, misses=2, executions=2), "inferences": 16}
-    text = _scrape(local)
-    assert _metric(text, "nv_cache_num_entries") == entries == 3
-    assert _metric(text, "nv_cache_num_evictions") >= 2
+    text = local.metrics()
+    assert metric(text, "nv_cache_num_entries") == entries == 3
+    assert metric(text, "nv_cache_num_evictions") >= 2
 
 
 def test_shared_memory_inputs_are_read_from_their_region_for_the_key(local: ConvoyServer) -> None:
@@ -250,20 +235,20 @@ def test_metrics_and_the_models_that_are_not_cached(local: ConvoyServer) -> None
     _infer(local.url, *_pair(40))
     _infer(local.url, *_pair(40))
     stats = _stats(local.url)
-    text = _scrape(local)
+    text = local.metrics()
     labels = {"model": CACHED, "version": "1"}
-    assert _metric(text, "nv_cache_num_hits_per_model", **labels) == stats["hits"]
-    assert _metric(text, "nv_cache_num_misses_per_model", **labels) == stats["misses"]
-    assert _metric(text, "nv_cache_hit_duration_per_model", **labels) == stats["hit_ns"] // 1000
-    assert _metric(text, "nv_cache_miss_duration_per_model", **labels) == stats["miss_ns"] // 1000
-    assert _metric(text, "nv_inference_exec_count", **labels) == stats["executions"]
-    hits, misses = _metric(text, "nv_cache_num_hits"), _metric(text, "nv_cache_num_misses")
+    assert metric(text, "nv_cache_num_hits_per_model", **labels) == stats["hits"]
+    assert metric(text, "nv_cache_num_misses_per_model", **labels) == stats["misses"]
+    assert metric(text, "nv_cache_hit_duration_per_model", **labels) == stats["hit_ns"] // 1000
+    assert metric(text, "nv_cache_miss_duration_per_model", **labels) == stats["miss_ns"] // 1000
+    assert metric(text, "nv_inference_exec_count", **labels) == stats["executions"]
+    hits, misses = metric(text, "nv_cache_num_hits"), metric(text, "nv_cache_num_misses")
     assert hits >= stats["hits"]
-    assert _metric(text, "nv_cache_num_lookups") == hits + misses
-    assert 0 < _metric(text, "nv_cache_util") <= 1
+    assert metric(text, "nv_cache_num_lookups") == hits + misses
+    assert 0 < metric(text, "nv_cache_util") <= 1
     # The sequence model asked for the cache and was told no at load; it has no cache samples.
     no_cache = {"model": "accumulate", "version": "1"}
-    assert np.isnan(_metric(text, "nv_cache_num_hits_per_model", **no_cache))
+    assert np.isnan(metric(text, "nv_cache_num_hits_per_model", **no_cache))
     assert "sequence models are never cached" in local.log()
 
 
@@ -354,6 +339,6 @@ def test_two_servers_share_a_redis_cache_and_survive_its_outage(
     # The first server's connection died with Redis too: it may miss once, then it finds the
     # entry the second server stored.
     _eventually(lambda: (_infer(first.url, c, d), _stats(first.url)["hits"] == 1)[1])
-    text = _scrape(first)
-    assert _metric(text, "nv_cache_num_hits") == 1
-    assert np.isnan(_metric(text, "nv_cache_util"))  # Redis keeps its own size
+    text = first.metrics()
+    assert metric(text, "nv_cache_num_hits") == 1
+    assert np.isnan(metric(text, "nv_cache_util"))  # Redis keeps its own size

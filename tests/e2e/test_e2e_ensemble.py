@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +94,7 @@ def test_128_concurrent_ensemble_requests_each_get_their_own_answer_batched_per_
     done = int(count_after["inference_count"]) - int(count_before.get("inference_count", 0))
     assert done == 128
     # Prometheus counts the ensemble and each of its steps.
-    with urllib.request.urlopen(f"http://127.0.0.1:{convoy.metrics_port}/metrics") as page:
-        metrics = page.read().decode()
+    metrics = convoy.metrics()
     for model in ("classify", "preprocess", "resnet18", "label_head"):
         line = f'nv_inference_request_success{{model="{model}",version="1"}}'
         assert line in metrics, model

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, infer_input, simple_inputs
+from e2e_support import ConvoyServer, StartServer, infer_input, metric, simple_inputs
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -36,6 +36,13 @@ def _health(url: str) -> int:
     with grpc.insecure_channel(url) as channel:
         answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
     return int(answer.status)
+
+
+def _received(server: ConvoyServer, model: str) -> float:
+    """Requests the model has taken so far: answered, or queued and executing."""
+    page, labels = server.metrics(), {"model": model, "version": "1"}
+    answered = metric(page, "nv_inference_request_success", **labels)
+    return answered + metric(page, "convoy_inference_inflight_requests", **labels)
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -77,7 +84,9 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(
         in_flight: list[Future[np.ndarray]] = [
             pool.submit(_resnet18, client, images) for images in batches
         ]
-        time.sleep(0.5)  # let every request reach the server; the work takes seconds
+        # Every request in the server's hands (not still on the wire) before the signal: the
+        # work takes seconds, and a request that reaches the server after it is refused.
+        assert _wait_until(lambda: _received(server, "resnet18") == IN_FLIGHT, timeout_s=10.0)
         assert not all(f.done() for f in in_flight), "resnet18 finished before the signal"
         server.send_signal(signal.SIGTERM)
         signalled = time.monotonic()

@@ -7,14 +7,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer, StartServer, ensemble_config, infer_input
+from e2e_support import StartServer, ensemble_config, infer_input
 
 from scripts import models
 from scripts.gen_models import write_simple
@@ -74,12 +73,6 @@ def repository(tmp_path: Path) -> Path:
     return repo
 
 
-def _scrape(server: ConvoyServer) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
-        body: bytes = page.read()
-    return body.decode()
-
-
 def _samples(text: str, name: str) -> dict[str, float]:
     """Each sample of a family by its model label ("" for a sample without labels)."""
     found = {}
@@ -100,7 +93,7 @@ def test_gauges_count_held_requests_and_ignore_idle_models(
     start_server: StartServer, repository: Path
 ) -> None:
     server = start_server(repository)
-    text = _scrape(server)
+    text = server.metrics()
     assert "ensemble_simple" in _samples(text, "nv_inference_request_success")  # it is loaded
     assert _samples(text, "convoy_inference_capacity") == {
         "gated": GATED_CAPACITY,
@@ -132,11 +125,11 @@ def test_gauges_count_held_requests_and_ignore_idle_models(
     try:
         _wait_for(
             lambda: (
-                _samples(_scrape(server), "convoy_inference_inflight_requests")["gated"] == HELD
+                _samples(server.metrics(), "convoy_inference_inflight_requests")["gated"] == HELD
             ),
             f"{HELD} requests in flight",
         )
-        text = _scrape(server)
+        text = server.metrics()
         in_flight = _samples(text, "convoy_inference_inflight_requests")
         assert in_flight == {"gated": HELD, "simple": 0, "twice": 0}
         # The pooled form would read 6 / 28: the idle models' instances do not dilute this one.
@@ -153,6 +146,6 @@ def test_gauges_count_held_requests_and_ignore_idle_models(
     for answer in answers:
         np.testing.assert_array_equal(answer, x + 1)
     _wait_for(
-        lambda: _samples(_scrape(server), "convoy_load_ratio") == {"": 0},
+        lambda: _samples(server.metrics(), "convoy_load_ratio") == {"": 0},
         "the ratio back at 0",
     )

@@ -7,14 +7,13 @@ import contextlib
 import re
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer, StartServer, infer_input
+from e2e_support import StartServer, infer_input
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
@@ -57,12 +56,6 @@ def repository(tmp_path: Path) -> Path:
     )
     models.write_model(repo, "waiting", ADD16, _config("waiting", waiting))
     return repo
-
-
-def _scrape(server: ConvoyServer) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
-        body: bytes = page.read()
-    return body.decode()
 
 
 def _value(text: str, name: str, **labels: str) -> float:
@@ -120,7 +113,7 @@ def test_exact_counts_after_known_traffic(start_server: StartServer, repository:
         with pytest.raises(InferenceServerException):
             client.infer("waiting", _x(), client_timeout=0.2)
     time.sleep(0.3)
-    text = _scrape(server)
+    text = server.metrics()
     plain = {"model": "plain", "version": "1"}
     assert _value(text, "nv_inference_request_success", **plain) == 3
     assert _value(text, "nv_inference_request_failure", reason="BACKEND", **plain) == 1
@@ -157,7 +150,7 @@ def test_flags_turn_metric_groups_off(start_server: StartServer, repository: Pat
         "--metrics-config",
         "histogram_latencies=false",
     )
-    text = _scrape(server)
+    text = server.metrics()
     assert "nv_inference_count{" in text
     for gone in ("nv_cpu_", "nv_inference_queue_duration_us", "convoy_inference_batch_size"):
         assert gone not in text

@@ -6,16 +6,14 @@ executions under contention, and an explicit count below a model's need refuses 
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer, infer_input
+from e2e_support import ConvoyServer, infer_input, metric
 
 from scripts import models
 
@@ -137,10 +135,10 @@ def test_priorities_shift_the_share_of_executions_under_contention(
     contended = [name for name, _, _ in sorted(runs, key=lambda r: r[1])[:24]]
     first, second = contended.count("first"), contended.count("second")
     assert second >= 1 and first / second >= 2, (first, second)
-    text = _scrape(server)
-    waited = _metric(text, "convoy_rate_limiter_wait_duration_us", model="second", version="1")
+    text = server.metrics()
+    waited = metric(text, "convoy_rate_limiter_wait_duration_us", model="second", version="1")
     assert waited > 0
-    assert _metric(text, "convoy_rate_limiter_waits", model="second", version="1") >= 1
+    assert metric(text, "convoy_rate_limiter_waits", model="second", version="1") >= 1
 
 
 def test_an_explicit_count_below_a_need_refuses_the_load(
@@ -157,25 +155,12 @@ def test_an_explicit_count_below_a_need_refuses_the_load(
     assert index["first"].state == "READY"
 
 
-def _scrape(server: ConvoyServer) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as page:
-        body: bytes = page.read()
-    return body.decode()
-
-
-def _metric(text: str, name: str, **labels: str) -> float:
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    found = re.findall("^" + re.escape(f"{name}{{{wanted}}}") + r" (\S+)$", text, re.MULTILINE)
-    assert len(found) == 1, (name, labels)
-    return float(found[0])
-
-
 def test_the_wait_shows_in_queue_time(limited: tuple[ConvoyServer, Path]) -> None:
     server, _ = limited
     with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
         stats = client.get_inference_statistics("shared_b").model_stats[0].inference_stats
-    waited_us = _metric(
-        _scrape(server), "convoy_rate_limiter_wait_duration_us", model="shared_b", version="1"
+    waited_us = metric(
+        server.metrics(), "convoy_rate_limiter_wait_duration_us", model="shared_b", version="1"
     )
     # Each request here ran alone, so its resource wait is part of its queue time.
     assert waited_us > 0
