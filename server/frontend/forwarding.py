@@ -22,7 +22,6 @@ class HeaderForwarding:
         if self._regex is None:
             return options
         regex = self._regex
-        # str(): aiohttp's names are `istr`, which the worker link cannot marshal.
         found = [(str(k), str(v)) for k, v in headers if isinstance(v, str) and regex.search(k)]
         if not found:
             return options

@@ -1,5 +1,5 @@
-"""The HTTP/REST edge: Triton's v2 routes on aiohttp, their JSON / binary tensor codec and the
-error-to-HTTP-status table."""
+"""The HTTP/REST edge: Triton's v2 routes on an HTTP/1.1 server over httptools' parser, their
+JSON / binary tensor codec and the error-to-HTTP-status table."""
 
 from server.frontend.http.app import HTTP_EXTENSIONS, HttpFrontEnd
 from server.frontend.http.status import HTTP_CODES, http_status_for

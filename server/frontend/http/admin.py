@@ -7,13 +7,12 @@ from __future__ import annotations
 import base64
 import binascii
 
-from aiohttp import web
-
 from proto import grpc_service_pb2 as pb
 from server.contract.core import NO_CUDA_SHM, Core
 from server.contract.errors import LOAD_NOT_POLLED, InvalidInputError, UnsupportedError
 from server.contract.settings import TraceSettings
 from server.frontend.http.codec import JsonObject, parameters_of, parse_json
+from server.frontend.http.messages import Request, Response, json_response
 
 _FIXED_TRACE = (
     "trace settings cannot be changed in OpenTelemetry mode; set them with --trace-config at start"
@@ -126,44 +125,44 @@ class AdminRoutes:
         self._core = core
         self._trace = trace
 
-    async def shm_status(self, request: web.Request) -> web.Response:
+    async def shm_status(self, request: Request) -> Response:
         status = await self._core.system_shm_status(request.match_info.get("region", ""))
-        return web.json_response([region_json(region) for region in status.regions.values()])
+        return json_response([region_json(region) for region in status.regions.values()])
 
-    async def shm_register(self, request: web.Request) -> web.Response:
-        key, offset, byte_size = register_request(parse_json(await request.read()))
+    async def shm_register(self, request: Request) -> Response:
+        key, offset, byte_size = register_request(parse_json(request.body))
         await self._core.system_shm_register(request.match_info["region"], key, offset, byte_size)
-        return web.Response(status=200)
+        return Response()
 
-    async def shm_unregister(self, request: web.Request) -> web.Response:
+    async def shm_unregister(self, request: Request) -> Response:
         await self._core.system_shm_unregister(request.match_info.get("region", ""))
-        return web.Response(status=200)
+        return Response()
 
-    async def cuda_shm_status(self, request: web.Request) -> web.Response:
+    async def cuda_shm_status(self, request: Request) -> Response:
         status = await self._core.cuda_shm_status(request.match_info.get("region", ""))
-        return web.json_response([cuda_region_json(region) for region in status.regions.values()])
+        return json_response([cuda_region_json(region) for region in status.regions.values()])
 
-    async def cuda_shm_register(self, request: web.Request) -> web.Response:
+    async def cuda_shm_register(self, request: Request) -> Response:
         if not self._core.info.cuda_shared_memory:  # without a GPU, refused whatever the body
             raise UnsupportedError(NO_CUDA_SHM)
-        raw_handle, device_id, byte_size = cuda_register_request(parse_json(await request.read()))
+        raw_handle, device_id, byte_size = cuda_register_request(parse_json(request.body))
         await self._core.cuda_shm_register(
             request.match_info["region"], raw_handle, device_id, byte_size
         )
-        return web.Response(status=200)
+        return Response()
 
-    async def cuda_shm_unregister(self, request: web.Request) -> web.Response:
+    async def cuda_shm_unregister(self, request: Request) -> Response:
         await self._core.cuda_shm_unregister(request.match_info.get("region", ""))
-        return web.Response(status=200)
+        return Response()
 
-    async def trace_setting(self, request: web.Request) -> web.Response:
+    async def trace_setting(self, request: Request) -> Response:
         model = request.match_info.get("model", "")
         if model and not await self._core.model_ready(model, ""):
             raise InvalidInputError(f"Request for unknown model : {model}")
-        if request.method == "POST" and parse_json(await request.read()):
+        if request.method == "POST" and parse_json(request.body):
             raise UnsupportedError(_FIXED_TRACE)  # as the gRPC TraceSetting answers
-        return web.json_response(trace_json(self._trace))
+        return json_response(trace_json(self._trace))
 
-    async def logging(self, request: web.Request) -> web.Response:
-        changes = log_changes(parse_json(await request.read())) if request.method == "POST" else {}
-        return web.json_response(await self._core.log_settings(changes))
+    async def logging(self, request: Request) -> Response:
+        changes = log_changes(parse_json(request.body)) if request.method == "POST" else {}
+        return json_response(await self._core.log_settings(changes))

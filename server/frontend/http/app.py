@@ -1,13 +1,11 @@
-"""`HttpFrontEnd`: Triton's HTTP/REST v2 routes on aiohttp, in the server's event loop; thin:
+"""`HttpFrontEnd`: Triton's HTTP/REST v2 routes on `HttpServer`, in the server's event loop; thin:
 JSON -> domain call -> JSON, the same calls the gRPC servicer makes. Routes of a protocol group
 named by `--http-restricted-api` need its header."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-
-from aiohttp import web
+from collections.abc import Sequence
 
 from proto import message_json
 from server.contract.core import Core
@@ -36,7 +34,16 @@ from server.frontend.http.codec import (
     trace_carrier,
 )
 from server.frontend.http.generate import GenerateRoutes
+from server.frontend.http.messages import (
+    Handler,
+    Request,
+    Response,
+    Router,
+    Streamed,
+    json_response,
+)
 from server.frontend.http.status import http_status_for
+from server.frontend.http.transport import HttpServer
 
 _log = logging.getLogger(__name__)
 
@@ -44,23 +51,18 @@ _log = logging.getLogger(__name__)
 # memory where a GPU serves it).
 HTTP_EXTENSIONS = (*EXTENSIONS, "binary_tensor_data")
 
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+def _errors(handler: Handler) -> Handler:
+    """Domain errors answer `{"error": ...}` with their status (the server answers anything
+    unexpected with 500)."""
 
-@web.middleware
-async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    """Domain errors answer `{"error": ...}` with their status; anything unexpected is 500."""
-    try:
-        return await handler(request)
-    except web.HTTPRequestEntityTooLarge:  # the body, decompressed, is past the limit
-        return web.json_response({"error": _too_large(request.client_max_size)}, status=400)
-    except web.HTTPException:
-        raise
-    except ServerError as exc:
-        return web.json_response({"error": str(exc)}, status=http_status_for(exc))
-    except Exception as exc:
-        _log.exception("%s %s failed unexpectedly", request.method, request.path)
-        return web.json_response({"error": f"internal error: {exc}"}, status=500)
+    async def answer(request: Request) -> Response | Streamed:
+        try:
+            return await handler(request)
+        except ServerError as exc:
+            return json_response({"error": str(exc)}, status=http_status_for(exc))
+
+    return answer
 
 
 def _too_large(limit: int) -> str:
@@ -71,14 +73,14 @@ def _too_large(limit: int) -> str:
     )
 
 
-def _model(request: web.Request) -> tuple[str, str]:
+def _model(request: Request) -> tuple[str, str]:
     return request.match_info["model"], request.match_info.get("version", "")
 
 
-def _guarded(handler: _Handler, rules: Sequence[RestrictedProtocol]) -> _Handler:
+def _guarded(handler: Handler, rules: Sequence[RestrictedProtocol]) -> Handler:
     """The handler behind its group's headers; a missing or wrong one is 403, as Triton's."""
 
-    async def guarded(request: web.Request) -> web.StreamResponse:
+    async def guarded(request: Request) -> Response | Streamed:
         for rule in rules:
             if request.headers.get(rule.header) != rule.value:
                 raise RestrictedError(f"This API is restricted, expecting header '{rule.header}'")
@@ -111,12 +113,12 @@ class HttpFrontEnd:
         self._admin = AdminRoutes(core, trace or TraceSettings())
         self._generate = GenerateRoutes(core)
         self._restricted = tuple(restricted)
-        self._runner: web.AppRunner | None = None
+        self._server: HttpServer | None = None
 
-    def routes(self) -> list[tuple[str, str, _Handler, str]]:
+    def routes(self) -> list[tuple[str, str, Handler, str]]:
         """(method, path, handler, protocol group) of every route, as Triton's URLs."""
         admin = self._admin
-        table: list[tuple[str, str, _Handler, str]] = [
+        table: list[tuple[str, str, Handler, str]] = [
             ("GET", "/v2/health/live", self.live, "health"),
             ("GET", "/v2/health/ready", self.ready, "health"),
             ("GET", "/v2", self.server_metadata, "metadata"),
@@ -155,83 +157,82 @@ class HttpFrontEnd:
             ]
         return table
 
-    def application(self) -> web.Application:
-        app = web.Application(client_max_size=self._max_body_bytes, middlewares=[_errors])
+    def router(self) -> Router:
+        router = Router()
         for method, path, handler, group in self.routes():
             rules = [rule for rule in self._restricted if group in rule.groups]
-            app.router.add_route(method, path, _guarded(handler, rules) if rules else handler)
-        return app
+            router.add(method, path, _errors(_guarded(handler, rules) if rules else handler))
+        return router
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
         """Serve on host:port (0 picks a free port); returns the port bound. With `reuse_port`,
         other processes may serve the same port (SO_REUSEPORT)."""
-        self._runner = web.AppRunner(self.application(), access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port, reuse_port=reuse_port or None).start()
-        return int(self._runner.addresses[0][1])
+        limit = self._max_body_bytes
+        self._server = HttpServer(self.router(), limit, _too_large(limit))
+        return await self._server.start(host, port, reuse_port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.stop()
 
-    async def live(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+    async def live(self, request: Request) -> Response:
+        return Response()
 
-    async def ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if await self._core.server_ready() else 400)
+    async def ready(self, request: Request) -> Response:
+        return Response(200 if await self._core.server_ready() else 400)
 
-    async def model_ready(self, request: web.Request) -> web.Response:
+    async def model_ready(self, request: Request) -> Response:
         name, version = _model(request)
         ready = await self._core.model_ready(name, version)
-        return web.Response(status=200 if ready else 400)
+        return Response(200 if ready else 400)
 
-    async def server_metadata(self, request: web.Request) -> web.Response:
+    async def server_metadata(self, request: Request) -> Response:
         serves_cuda = self._core.info.cuda_shared_memory
         metadata = server_metadata(self._name, self._version, HTTP_EXTENSIONS, serves_cuda)
-        return web.json_response(message_json(metadata))
+        return json_response(message_json(metadata))
 
-    async def model_metadata(self, request: web.Request) -> web.Response:
+    async def model_metadata(self, request: Request) -> Response:
         metadata = await self._core.model_metadata(*_model(request))
-        return web.json_response(message_json(metadata))
+        return json_response(message_json(metadata))
 
-    async def model_config(self, request: web.Request) -> web.Response:
+    async def model_config(self, request: Request) -> Response:
         config = await self._core.model_config(*_model(request))
-        return web.json_response(message_json(config))
+        return json_response(message_json(config))
 
-    async def statistics(self, request: web.Request) -> web.Response:
+    async def statistics(self, request: Request) -> Response:
         name = request.match_info.get("model", "")
         version = request.match_info.get("version", "")
         answer = await self._core.model_statistics(name, version)
-        return web.json_response(message_json(answer))
+        return json_response(message_json(answer))
 
-    async def repository_index(self, request: web.Request) -> web.Response:
-        body = parse_json(await request.read())
+    async def repository_index(self, request: Request) -> Response:
+        body = parse_json(request.body)
         ready_only = body.get("ready", False) is True
         index = await self._core.repository_index(ready_only)
-        return web.json_response([message_json(entry) for entry in index.models])
+        return json_response([message_json(entry) for entry in index.models])
 
-    async def load(self, request: web.Request) -> web.Response:
+    async def load(self, request: Request) -> Response:
         if not self._model_control:
             raise ModelControlDisabledError()
         name = request.match_info["model"]
-        override, files = load_parameters(load_request(name, parse_json(await request.read())))
+        override, files = load_parameters(load_request(name, parse_json(request.body)))
         await self._core.load_model(name, override, files)
-        return web.Response(status=200)
+        return Response()
 
-    async def unload(self, request: web.Request) -> web.Response:
+    async def unload(self, request: Request) -> Response:
         if not self._model_control:
             raise ModelControlDisabledError()
         name = request.match_info["model"]
-        parameters = parameters_of(parse_json(await request.read()), f"unload of model '{name}'")
+        parameters = parameters_of(parse_json(request.body), f"unload of model '{name}'")
         dependents = parameters.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidInputError("unload parameter 'unload_dependents' must be a boolean")
         await self._core.unload_model(name, dependents)
-        return web.Response(status=200)
+        return Response()
 
-    async def infer(self, request: web.Request) -> web.Response:
+    async def infer(self, request: Request) -> Response:
         name, version = _model(request)
-        body, binary = split_body(await request.read(), request.headers.get(HEADER_LENGTH))
+        body, binary = split_body(request.body, request.headers.get(HEADER_LENGTH))
         request_id = body.get("id", "")
         if not isinstance(request_id, str):
             raise InvalidInputError(f"request 'id' must be a string, got {request_id!r:.80}")
@@ -242,7 +243,7 @@ class HttpFrontEnd:
                 version,
                 decode_inputs(body, binary, name),
                 outputs,
-                self._forwarding.apply(infer_options(body), request.headers.items()),
+                self._forwarding.apply(infer_options(body), request.headers.pairs),
                 request_id,
                 trace_carrier(request.headers) if self._core.info.tracing else None,
                 output_locations(body),
@@ -251,9 +252,6 @@ class HttpFrontEnd:
         )
         data, header_length = encode_response(response, request_id, binary_outputs)
         if header_length is None:
-            return web.Response(body=data, content_type="application/json")
-        return web.Response(
-            body=data,
-            content_type="application/octet-stream",
-            headers={HEADER_LENGTH: str(header_length)},
-        )
+            return Response(200, data, "application/json")
+        length = ((HEADER_LENGTH, str(header_length)),)
+        return Response(200, data, "application/octet-stream", length)

@@ -5,9 +5,8 @@ a request parameter), a flat JSON object out (output name -> value or list), as 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
-
-from aiohttp import web
 
 from server.contract.core import Core, StreamItem
 from server.contract.errors import (
@@ -32,6 +31,7 @@ from server.frontend.http.codec import (
     parse_json,
     trace_carrier,
 )
+from server.frontend.http.messages import Request, Response, Streamed, json_response
 from server.frontend.http.status import http_status_for
 
 # Keys of a generate answer that are not outputs (Triton's "reserved" names).
@@ -139,21 +139,21 @@ class GenerateRoutes:
     def __init__(self, core: Core) -> None:
         self._core = core
 
-    async def _request(self, request: web.Request) -> InferRequest:
+    async def _request(self, request: Request) -> InferRequest:
         name, version = request.match_info["model"], request.match_info.get("version", "")
-        body = parse_json(await request.read())
+        body = parse_json(request.body)
         io = await self._core.model_io(name, version)
         inputs, request_id, parameters = generate_inputs(body, io)
         carrier = trace_carrier(request.headers) if self._core.info.tracing else None
         options = InferOptions(parameters=parameters)
         return InferRequest(name, version, inputs, [], options, request_id, carrier)
 
-    async def generate(self, request: web.Request) -> web.Response:
+    async def generate(self, request: Request) -> Response:
         decoded = await self._request(request)
         response = await self._core.infer(decoded)
-        return web.json_response(generate_answer(response, decoded.request_id))
+        return json_response(generate_answer(response, decoded.request_id))
 
-    async def stream(self, request: web.Request) -> web.StreamResponse:
+    async def stream(self, request: Request) -> Streamed:
         """One event per response: a decoupled model's every response, any other model's one.
         A request the model failed is answered as an error event with the error's status
         (Triton's way); one refused before it ran, as a JSON error."""
@@ -167,20 +167,18 @@ class GenerateRoutes:
             first, status = None, 200
         except (InternalError, UnavailableError) as exc:  # it failed to run, or was dropped
             first, status = (exc, True), http_status_for(exc)
-        stream = web.StreamResponse(
-            status=status, headers={"Content-Type": "text/event-stream; charset=utf-8"}
-        )
-        await stream.prepare(request)
-        try:
-            if first is not None:
-                await stream.write(_event_of(first[0], request_id))
-                if status == 200 and not first[1]:
-                    async for response, _ in responses:
-                        await stream.write(_event_of(response, request_id))
-        except ServerError as exc:  # mid-stream: in-band
-            await stream.write(event({"error": str(exc)}))
-        await stream.write_eof()
-        return stream
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                if first is not None:
+                    yield _event_of(first[0], request_id)
+                    if status == 200 and not first[1]:
+                        async for response, _ in responses:
+                            yield _event_of(response, request_id)
+            except ServerError as exc:  # mid-stream: in-band
+                yield event({"error": str(exc)})
+
+        return Streamed(status, "text/event-stream; charset=utf-8", events())
 
 
 def _event_of(response: InferResponse | ServerError | None, request_id: str) -> bytes:
