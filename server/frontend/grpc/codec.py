@@ -225,12 +225,17 @@ def _int_parameter(request: pb.ModelInferRequest, key: str) -> int:
     return value
 
 
-def encode_response(response: InferResponse, request_id: str) -> pb.ModelInferResponse:
+def encode_response(
+    response: InferResponse, request_id: str, message: pb.ModelInferResponse | None = None
+) -> pb.ModelInferResponse:
     """Outputs in raw_output_contents, as Triton's gRPC front end always answers; an output
-    the core wrote to shared memory keeps an empty entry (indexes stay aligned)."""
-    message = pb.ModelInferResponse(
-        model_name=response.model, model_version=str(response.version), id=request_id
-    )
+    the core wrote to shared memory keeps an empty entry (indexes stay aligned). `message`: an
+    empty message to fill (a stream response's), else a new one."""
+    if message is None:
+        message = pb.ModelInferResponse()
+    message.model_name = response.model
+    message.model_version = str(response.version)
+    message.id = request_id
     for output in response.outputs:
         datatype = output.spec.datatype
         tensor = message.outputs.add()

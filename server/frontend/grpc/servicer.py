@@ -21,6 +21,7 @@ from server.contract.errors import (
     UnsupportedError,
 )
 from server.contract.requests import InferRequest
+from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.forwarding import HeaderForwarding
@@ -97,6 +98,11 @@ def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStream
             model_name=request.model_name, model_version=request.model_version, id=request.id
         ),
     )
+
+
+def _enables_empty_final(request: pb.ModelInferRequest) -> bool:
+    parameter = request.parameters.get("triton_enable_empty_final_response")
+    return parameter is not None and parameter.bool_param
 
 
 def _log_value(value: bool | int | str) -> pb.LogSettingsResponse.SettingValue:
@@ -219,26 +225,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             classification(request),
         )
 
-    async def _stream_one(
-        self, request: pb.ModelInferRequest, context: Any
-    ) -> AsyncIterator[tuple[pb.ModelInferResponse | ServerError, bool]]:
-        """A stream request's responses; a decoupled model's final flag without a response
-        becomes an empty response only if the request enables it, as Triton's."""
-        empty_final = request.parameters.get("triton_enable_empty_final_response")
-        async for response, final in self._core.infer_stream(self._decoded(request, context)):
-            if isinstance(response, ServerError):
-                yield response, final
-            elif response is not None:
-                yield encode_response(response, request.id), final
-            elif final and empty_final is not None and empty_final.bool_param:
-                yield (
-                    pb.ModelInferResponse(
-                        model_name=request.model_name,
-                        model_version=request.model_version,
-                        id=request.id,
-                    ),
-                    final,
-                )
+    def _stream_message(
+        self, request: pb.ModelInferRequest, item: InferResponse | ServerError | None, final: bool
+    ) -> pb.ModelStreamInferResponse | None:
+        """One stream response, marked with whether it is its request's last; a decoupled
+        model's final flag without a response is sent (empty) only if the request enables it,
+        as Triton's."""
+        if isinstance(item, ServerError):
+            message = _stream_error(request, str(item))
+        else:
+            message = pb.ModelStreamInferResponse()
+            if item is not None:
+                encode_response(item, request.id, message.infer_response)
+            elif final and _enables_empty_final(request):
+                answer = message.infer_response
+                answer.model_name = request.model_name
+                answer.model_version = request.model_version
+                answer.id = request.id
+            else:
+                return None
+        message.infer_response.parameters["triton_final_response"].bool_param = final
+        return message
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -254,14 +261,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                async for response, final in self._stream_one(request, context):
-                    if isinstance(response, ServerError):
-                        message = _stream_error(request, str(response))
-                    else:
-                        message = pb.ModelStreamInferResponse(infer_response=response)
-                    # Every streamed response says whether it is its request's last one.
-                    message.infer_response.parameters["triton_final_response"].bool_param = final
-                    answers.put_nowait(message)
+                decoded = self._decoded(request, context)
+                async for item, final in self._core.infer_stream(decoded):
+                    answer = self._stream_message(request, item, final)
+                    if answer is not None:
+                        answers.put_nowait(answer)
                 return
             except ServerError as exc:
                 message = _stream_error(request, str(exc))
