@@ -177,6 +177,18 @@ async def test_unknown_paths_methods_and_malformed_requests_get_json_errors() ->
     await server.stop()
 
 
+async def test_an_upgrade_is_not_taken_and_its_answer_closes_the_connection() -> None:
+    server, port = await _serve()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    upgrade = _request("GET", "/v2/models/m", b"", "Connection: Upgrade", "Upgrade: h2c")
+    writer.write(upgrade + _request("GET", "/v2/models/unanswered"))
+    status, headers, body = await _read_response(reader)
+    assert (status, headers["connection"], json.loads(body)["model"]) == (200, "close", "m")
+    assert await reader.read() == b""
+    writer.close()
+    await server.stop()
+
+
 async def test_a_streamed_answer_is_chunked_and_http_1_0_closes_after_its_answer() -> None:
     server, port = await _serve()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

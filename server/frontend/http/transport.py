@@ -111,7 +111,7 @@ class HttpServer:
         if parsed.refusal is not None:
             return json_response({"error": parsed.refusal}, 400)
         try:
-            path = httptools.parse_url(parsed.url).path.decode("latin-1")
+            path = (httptools.parse_url(parsed.url).path or b"/").decode("latin-1")
         except httptools.HttpParserInvalidURLError:
             return json_response({"error": f"malformed request target {parsed.url!r:.80}"}, 400)
         found = self._router.resolve(parsed.method, path)
@@ -171,6 +171,7 @@ class _Connection(asyncio.Protocol):
         self._busy = False  # an answer is under way
         self._writable: asyncio.Future[None] | None = None  # set while the transport is full
         self.idle_since_s: float | None = None  # None: a request is being read or answered
+        self._last = False  # after an upgrade request: it is answered, then the connection closes
         # The message being read.
         self._url = b""
         self._headers: list[tuple[str, str]] = []
@@ -196,7 +197,11 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # the request was read; the upgrade is not taken (HTTP/1.1 goes on)
+            # The request was read, but the parser reads nothing after an upgrade: its answer
+            # (the upgrade not taken) is the connection's last.
+            self._last = True
+            if self._transport is not None:
+                self._transport.pause_reading()
         except httptools.HttpParserError as exc:
             self._queue(_Parsed("", b"", Headers([]), b"", False, False, f"bad request: {exc}"))
             if self._transport is not None:
@@ -271,7 +276,8 @@ class _Connection(asyncio.Protocol):
         keep_alive = parsed.keep_alive and parsed.refusal is None
         try:
             response = await self._server.respond(parsed)
-            keep_alive = keep_alive and not self._server.closing  # a stopping server says so
+            # A stopping server says so, as does a connection that can read no more.
+            keep_alive = keep_alive and not self._server.closing and not self._last
             if isinstance(response, Streamed):
                 await self._stream(response, keep_alive)
             else:
