@@ -15,7 +15,7 @@ import pytest
 import uvloop
 
 from server.frontend.http.messages import Request, Response, Router, Streamed, json_response
-from server.frontend.http.transport import HttpServer
+from server.frontend.http.transport import MAX_HEAD_BYTES, HttpServer
 
 LIMIT_BYTES = 1024
 TOO_LARGE = "too large"
@@ -168,6 +168,17 @@ async def test_unknown_paths_methods_and_malformed_requests_get_json_errors() ->
     assert missing[0] == 404 and "/nowhere" in json.loads(missing[2])["error"]
     assert wrong[0] == 405
     assert (fails[0], json.loads(fails[2])) == (500, {"error": "internal error: boom"})
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        _request("GET", "/v2/models/m", b"", *[f"X-Pad-{i}: {'p' * 1000}" for i in range(70)])
+    )
+    status, headers, body = await _read_response(reader)
+    assert (status, headers["connection"]) == (400, "close")
+    assert f"exceed {MAX_HEAD_BYTES} bytes" in json.loads(body)["error"]
+    assert await reader.read() == b""
+    writer.close()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"NOT HTTP AT ALL\r\n\r\n")
     status, headers, body = await _read_response(reader)
     assert status == 400 and headers["connection"] == "close"

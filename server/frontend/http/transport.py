@@ -33,12 +33,17 @@ _log = logging.getLogger(__name__)
 KEEPALIVE_S = 75.0  # an idle keep-alive connection closes after this long, as aiohttp's
 _SWEEP_S = 5.0  # how often idle connections are looked for
 _MAX_PIPELINED = 16  # requests parsed ahead of their answer before reading pauses
+MAX_HEAD_BYTES = 64 * 1024  # a request's target and headers together, at most
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS}
 
 
 class _BodyTooLarge(Exception):
     pass
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside the parser's callbacks to stop it; the parser wraps it in its own error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,7 @@ class _Connection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
         self._size_bytes = 0
+        self._head_bytes = 0
         self._too_large = False
 
     # asyncio.Protocol
@@ -203,7 +209,11 @@ class _Connection(asyncio.Protocol):
             if self._transport is not None:
                 self._transport.pause_reading()
         except httptools.HttpParserError as exc:
-            self._queue(_Parsed("", b"", Headers([]), b"", False, False, f"bad request: {exc}"))
+            if self._head_bytes > MAX_HEAD_BYTES:  # raised by a callback of ours
+                refusal = f"the request's target and headers exceed {MAX_HEAD_BYTES} bytes"
+            else:
+                refusal = f"bad request: {exc}"
+            self._queue(_Parsed("", b"", Headers([]), b"", False, False, refusal))
             if self._transport is not None:
                 self._transport.pause_reading()  # nothing after it can be parsed
 
@@ -223,13 +233,21 @@ class _Connection(asyncio.Protocol):
         self._headers = []
         self._body = []
         self._size_bytes = 0
+        self._head_bytes = 0
         self._too_large = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value))
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def _count_head(self, nbytes: int) -> None:
+        self._head_bytes += nbytes
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _HeadTooLarge()  # the parser stops; the answer is a refusal
 
     def on_headers_complete(self) -> None:
         for name, value in self._headers:
