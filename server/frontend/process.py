@@ -68,6 +68,8 @@ class FrontEnd:
                 settings.http_address,
                 settings.http_port,
                 reuse_port=settings.reuse_port or settings.reuse_http_port,
+                # Workers on one port: as gRPC's GOAWAY, so that an unlucky deal does not last.
+                max_connection_age_s=CONNECTION_AGE_MS / 1000 if settings.reuse_port else None,
             )
 
     def _bind_grpc(self, server: grpc.aio.Server) -> int:

@@ -214,6 +214,21 @@ async def test_a_streamed_answer_is_chunked_and_http_1_0_closes_after_its_answer
     await server.stop()
 
 
+async def test_a_connection_past_its_age_is_closed_after_its_next_answer() -> None:
+    server = HttpServer(_router(), LIMIT_BYTES, TOO_LARGE, max_connection_age_s=0.2)
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("GET", "/v2/models/young"))
+    assert "connection" not in (await _read_response(reader))[1]
+    await asyncio.sleep(0.3)
+    writer.write(_request("GET", "/v2/models/old"))
+    status, headers, body = await _read_response(reader)
+    assert (status, headers["connection"], json.loads(body)["model"]) == (200, "close", "old")
+    assert await reader.read() == b""
+    writer.close()
+    await server.stop()
+
+
 async def test_a_client_that_leaves_mid_answer_harms_no_other() -> None:
     server, port = await _serve()
     _, leaving = await asyncio.open_connection("127.0.0.1", port)

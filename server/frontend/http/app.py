@@ -164,11 +164,19 @@ class HttpFrontEnd:
             router.add(method, path, _errors(_guarded(handler, rules) if rules else handler))
         return router
 
-    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        reuse_port: bool = False,
+        max_connection_age_s: float | None = None,
+    ) -> int:
         """Serve on host:port (0 picks a free port); returns the port bound. With `reuse_port`,
-        other processes may serve the same port (SO_REUSEPORT)."""
+        other processes may serve the same port (SO_REUSEPORT); `max_connection_age_s`: how
+        long a connection lives before its next answer closes it (None: as long as the client
+        keeps it)."""
         limit = self._max_body_bytes
-        self._server = HttpServer(self.router(), limit, _too_large(limit))
+        self._server = HttpServer(self.router(), limit, _too_large(limit), max_connection_age_s)
         return await self._server.start(host, port, reuse_port)
 
     async def stop(self) -> None:

@@ -62,8 +62,17 @@ class _Parsed:
 class HttpServer:
     """Serves `router` on one port; `stop` lets the requests being answered finish."""
 
-    def __init__(self, router: Router, max_body_bytes: int, too_large_message: str) -> None:
+    def __init__(
+        self,
+        router: Router,
+        max_body_bytes: int,
+        too_large_message: str,
+        max_connection_age_s: float | None = None,
+    ) -> None:
         self._router = router
+        # After this long, a connection's next answer closes it, so that the client's next
+        # request opens one the kernel deals again among the processes on a shared port.
+        self.max_connection_age_s = max_connection_age_s
         self.max_body_bytes = max_body_bytes  # after inflating
         self._too_large_message = too_large_message
         self._connections: set[_Connection] = set()
@@ -177,6 +186,7 @@ class _Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # set while the transport is full
         self.idle_since_s: float | None = None  # None: a request is being read or answered
         self._last = False  # after an upgrade request: it is answered, then the connection closes
+        self._close_at_s: float | None = None  # when the connection has lived its age
         # The message being read.
         self._url = b""
         self._headers: list[tuple[str, str]] = []
@@ -191,6 +201,8 @@ class _Connection(asyncio.Protocol):
         self._transport = transport
         self._server._connections.add(self)
         self.idle_since_s = time.monotonic()
+        age_s = self._server.max_connection_age_s
+        self._close_at_s = None if age_s is None else self.idle_since_s + age_s
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -294,8 +306,11 @@ class _Connection(asyncio.Protocol):
         keep_alive = parsed.keep_alive and parsed.refusal is None
         try:
             response = await self._server.respond(parsed)
-            # A stopping server says so, as does a connection that can read no more.
+            # A stopping server says so, as does a connection that can read no more or has
+            # lived its age.
             keep_alive = keep_alive and not self._server.closing and not self._last
+            if self._close_at_s is not None and time.monotonic() >= self._close_at_s:
+                keep_alive = False
             if isinstance(response, Streamed):
                 await self._stream(response, keep_alive)
             else:
