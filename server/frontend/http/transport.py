@@ -18,6 +18,7 @@ from typing import Any
 
 import httptools
 
+from server.contract.numbers import is_digits
 from server.frontend.http.messages import (
     NOT_FOUND,
     Headers,
@@ -267,7 +268,7 @@ class _Connection(asyncio.Protocol):
             if lowered == "expect" and value.lower() == "100-continue":
                 if not self._busy and not self._pending and self._transport is not None:
                     self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            elif lowered == "content-length" and value.isdigit():
+            elif lowered == "content-length" and is_digits(value):
                 self._too_large = int(value) > self._server.max_body_bytes
 
     def on_body(self, body: bytes) -> None:
