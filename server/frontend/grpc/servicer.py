@@ -105,6 +105,29 @@ def _enables_empty_final(request: pb.ModelInferRequest) -> bool:
     return parameter is not None and parameter.bool_param
 
 
+def _stream_message(
+    request: pb.ModelInferRequest, item: InferResponse | ServerError | None, final: bool
+) -> pb.ModelStreamInferResponse | None:
+    """One stream response, marked with whether it is its request's last; a decoupled
+    model's final flag without a response is sent (empty) only if the request enables it,
+    as Triton's."""
+    if isinstance(item, ServerError):
+        message = _stream_error(request, str(item))
+    else:
+        message = pb.ModelStreamInferResponse()
+        if item is not None:
+            encode_response(item, request.id, message.infer_response)
+        elif final and _enables_empty_final(request):
+            answer = message.infer_response
+            answer.model_name = request.model_name
+            answer.model_version = request.model_version
+            answer.id = request.id
+        else:
+            return None
+    message.infer_response.parameters["triton_final_response"].bool_param = final
+    return message
+
+
 def _log_value(value: bool | int | str) -> pb.LogSettingsResponse.SettingValue:
     if isinstance(value, bool):
         return pb.LogSettingsResponse.SettingValue(bool_param=value)
@@ -225,28 +248,6 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             classification(request),
         )
 
-    def _stream_message(
-        self, request: pb.ModelInferRequest, item: InferResponse | ServerError | None, final: bool
-    ) -> pb.ModelStreamInferResponse | None:
-        """One stream response, marked with whether it is its request's last; a decoupled
-        model's final flag without a response is sent (empty) only if the request enables it,
-        as Triton's."""
-        if isinstance(item, ServerError):
-            message = _stream_error(request, str(item))
-        else:
-            message = pb.ModelStreamInferResponse()
-            if item is not None:
-                encode_response(item, request.id, message.infer_response)
-            elif final and _enables_empty_final(request):
-                answer = message.infer_response
-                answer.model_name = request.model_name
-                answer.model_version = request.model_version
-                answer.id = request.id
-            else:
-                return None
-        message.infer_response.parameters["triton_final_response"].bool_param = final
-        return message
-
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -263,7 +264,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             try:
                 decoded = self._decoded(request, context)
                 async for item, final in self._core.infer_stream(decoded):
-                    answer = self._stream_message(request, item, final)
+                    answer = _stream_message(request, item, final)
                     if answer is not None:
                         answers.put_nowait(answer)
                 return

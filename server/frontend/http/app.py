@@ -4,7 +4,6 @@ named by `--http-restricted-api` need its header."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from proto import message_json
@@ -44,8 +43,6 @@ from server.frontend.http.messages import (
 )
 from server.frontend.http.status import http_status_for
 from server.frontend.http.transport import HttpServer
-
-_log = logging.getLogger(__name__)
 
 # What GET /v2 advertises: the extensions this front end always implements (and CUDA shared
 # memory where a GPU serves it).

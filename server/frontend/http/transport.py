@@ -76,7 +76,7 @@ class HttpServer:
         self.max_connection_age_s = max_connection_age_s
         self.max_body_bytes = max_body_bytes  # after inflating
         self._too_large_message = too_large_message
-        self._connections: set[_Connection] = set()
+        self.connections: set[_Connection] = set()  # open now
         self._answering: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -101,11 +101,11 @@ class HttpServer:
             self._server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        for connection in list(self._connections):
+        for connection in list(self.connections):
             connection.close_if_idle()
         if self._answering:
             await asyncio.wait(set(self._answering), timeout=grace_s)
-        for connection in list(self._connections):
+        for connection in list(self.connections):
             connection.abort()
 
     def date(self) -> str:
@@ -133,9 +133,9 @@ class HttpServer:
         if isinstance(found, int):
             words = "Not Found" if found == NOT_FOUND else "Method Not Allowed"
             return json_response({"error": f"{words}: {parsed.method} {path}"}, found)
+        if parsed.too_large:
+            return json_response({"error": self._too_large_message}, 400)
         try:
-            if parsed.too_large:
-                raise _BodyTooLarge()
             encoding = parsed.headers.get("Content-Encoding")
             body = _inflated(parsed.body, encoding, self.max_body_bytes)
         except _BodyTooLarge:
@@ -154,16 +154,17 @@ class HttpServer:
         while True:
             await asyncio.sleep(_SWEEP_S)
             idle_since_s = time.monotonic() - KEEPALIVE_S
-            for connection in list(self._connections):
+            for connection in list(self.connections):
                 if connection.idle_since_s is not None and connection.idle_since_s < idle_since_s:
                     connection.close_if_idle()
 
 
 def _inflated(body: bytes, encoding: str | None, limit: int) -> bytes:
     """The body as sent, or inflated (never more than `limit` bytes of it in memory)."""
-    if encoding is None or encoding.lower() == "identity":
+    coding = "identity" if encoding is None else encoding.strip().lower()
+    if coding == "identity":
         return body
-    wbits = _WBITS.get(encoding.strip().lower())
+    wbits = _WBITS.get(coding)
     if wbits is None:
         raise ValueError(f"Content-Encoding '{encoding}' is not supported (gzip or deflate)")
     inflater = zlib.decompressobj(wbits)
@@ -200,14 +201,14 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
-        self._server._connections.add(self)
+        self._server.connections.add(self)
         self.idle_since_s = time.monotonic()
         age_s = self._server.max_connection_age_s
         self._close_at_s = None if age_s is None else self.idle_since_s + age_s
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
-        self._server._connections.discard(self)
+        self._server.connections.discard(self)
         self._pending.clear()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
