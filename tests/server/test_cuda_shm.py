@@ -91,7 +91,7 @@ def _http_body(region: str) -> dict[str, Any]:
 def test_both_codecs_carry_locations_that_the_regions_of_both_kinds_resolve() -> None:
     location = ("nowhere", 0, BYTES)
     request, body = _request("nowhere"), _http_body("nowhere")
-    assert grpc_codec.output_locations(request) == {"OUTPUT0": location}
+    assert grpc_codec.decode_outputs(request)[1] == {"OUTPUT0": location}
     assert http_codec.output_locations(body) == {"OUTPUT0": location}
     for (tensor,) in (grpc_codec.decode_inputs(request), http_codec.decode_inputs(body, b"", "m")):
         assert (tensor.name, tensor.location, tensor.array) == ("INPUT0", location, None)

@@ -8,7 +8,7 @@ import pytest
 from proto import grpc_service_pb2 as pb
 from server.contract.datatypes import BY_WIRE, decode_raw, encode_bytes, encode_raw
 from server.contract.errors import InvalidInputError
-from server.frontend.grpc.codec import decode_inputs
+from server.frontend.grpc.codec import decode_inputs, decode_outputs
 
 FIXED_TYPES = {
     "BOOL": np.array([[True, False], [False, True]]),
@@ -117,3 +117,45 @@ def test_unknown_datatype_and_missing_data_are_rejected() -> None:
     empty = pb.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[1])
     with pytest.raises(InvalidInputError, match="carries no data"):
         decode_inputs(_request(empty))
+
+
+def test_decode_outputs_reads_names_shared_memory_and_classes_in_one_pass() -> None:
+    request = pb.ModelInferRequest()
+    request.outputs.add(name="PLAIN")
+    placed = request.outputs.add(name="PLACED")
+    placed.parameters["shared_memory_region"].string_param = "out"
+    placed.parameters["shared_memory_offset"].uint64_param = 16
+    placed.parameters["shared_memory_byte_size"].int64_param = 64
+    request.outputs.add(name="CLASSES").parameters["classification"].int64_param = 3
+    assert decode_outputs(request) == (
+        ["PLAIN", "PLACED", "CLASSES"],
+        {"PLACED": ("out", 16, 64)},
+        {"CLASSES": 3},
+    )
+    assert decode_outputs(pb.ModelInferRequest()) == ([], {}, {})
+
+
+@pytest.mark.parametrize(
+    ("parameters", "expected"),
+    [
+        ({"classification": pb.InferParameter(string_param="3")}, "expected int64_param"),
+        ({"classification": pb.InferParameter(int64_param=0)}, "expected >= 0"),
+        (
+            {
+                "classification": pb.InferParameter(int64_param=2),
+                "shared_memory_region": pb.InferParameter(string_param="out"),
+                "shared_memory_byte_size": pb.InferParameter(int64_param=8),
+            },
+            "both 'shared_memory_region' and 'classification'",
+        ),
+    ],
+)
+def test_decode_outputs_refuses_a_bad_classification(
+    parameters: dict[str, pb.InferParameter], expected: str
+) -> None:
+    request = pb.ModelInferRequest()
+    output = request.outputs.add(name="OUT")
+    for key, value in parameters.items():
+        output.parameters[key].CopyFrom(value)
+    with pytest.raises(InvalidInputError, match=expected):
+        decode_outputs(request)

@@ -53,12 +53,14 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     """
     raw = request.raw_input_contents
     tensors = request.inputs
-    regions = [shm_location(t.parameters, t.name) for t in tensors]
-    in_band = len(tensors) - sum(1 for r in regions if r is not None)
+    # Each protobuf field read builds a Python object: a tensor's parameters are looked into
+    # only when it has some (most requests have none), and each field is read once.
+    regions = [shm_location(t.parameters, t.name) if t.parameters else None for t in tensors]
     if raw:
         for tensor in tensors:  # before the count, as Triton checks them (clients look for it)
             if tensor.HasField("contents"):
                 raise CONTENTS_WITH_RAW(input=tensor.name, model=request.model_name)
+        in_band = regions.count(None)
         if len(raw) != in_band:
             raise InvalidInputError(
                 f"expected {in_band} raw input contents, one per input not in shared memory, "
@@ -66,13 +68,12 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
             )
     decoded = []
     raw_index = 0
-    for index, tensor in enumerate(tensors):
+    for tensor, region in zip(tensors, regions, strict=True):
         name = tensor.name
         datatype = _datatype(tensor.datatype, name)
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
-        region = regions[index]
         if region is not None:
             decoded.append(InferInput(name, datatype.wire, shape, None, region))
             continue
@@ -83,7 +84,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
             array = _decode_typed(tensor, datatype, shape)
         else:
             raise InvalidInputError(
-                f"input '{tensor.name}' for model '{request.model_name}' carries no data: set "
+                f"input '{name}' for model '{request.model_name}' carries no data: set "
                 "raw_input_contents or contents"
             )
         decoded.append(InferInput(name, datatype.wire, shape, array))
@@ -120,39 +121,40 @@ def _int_of(parameters: Mapping[str, pb.InferParameter], key: str) -> int:
     return value
 
 
-def output_locations(request: pb.ModelInferRequest) -> dict[str, Location]:
-    """Requested outputs to be written to shared memory (system or CUDA), by name."""
-    found = {}
+def decode_outputs(
+    request: pb.ModelInferRequest,
+) -> tuple[list[str], dict[str, Location], dict[str, int]]:
+    """The outputs asked for (empty: every output of the model), in one pass: their names,
+    those to be written to shared memory (system or CUDA) with where, and those asked for as
+    their top classes (the `classification` output parameter) with how many classes each."""
+    names: list[str] = []
+    locations: dict[str, Location] = {}
+    classes: dict[str, int] = {}
     for output in request.outputs:
-        location = shm_location(output.parameters, output.name)
-        if location is not None:
-            found[output.name] = location
-    return found
-
-
-def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
-    """Names of the outputs asked for; empty means every output of the model."""
-    return [output.name for output in request.outputs]
-
-
-def classification(request: pb.ModelInferRequest) -> dict[str, int]:
-    """Outputs asked for as their top classes (the `classification` output parameter), with
-    how many classes each."""
-    found = {}
-    for output in request.outputs:
-        if "classification" not in output.parameters:
+        name = output.name
+        names.append(name)
+        parameters = output.parameters
+        if not parameters:  # most outputs have none; reading into them costs on every request
             continue
-        parameter = output.parameters["classification"]
-        choice = parameter.WhichOneof("parameter_choice")
-        if choice not in ("int64_param", "uint64_param"):
-            raise CLASSIFICATION_NOT_INT64()
-        count = int(getattr(parameter, choice))
-        if count <= 0:
-            raise CLASSIFICATION_NOT_POSITIVE()
-        if "shared_memory_region" in output.parameters:
-            raise CLASSIFICATION_IN_SHM_GRPC()  # the classes are made from the output's values
-        found[output.name] = count
-    return found
+        location = shm_location(parameters, name)
+        if location is not None:
+            locations[name] = location
+        if "classification" in parameters:
+            classes[name] = _class_count(parameters)
+    return names, locations, classes
+
+
+def _class_count(parameters: Mapping[str, pb.InferParameter]) -> int:
+    parameter = parameters["classification"]
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice not in ("int64_param", "uint64_param"):
+        raise CLASSIFICATION_NOT_INT64()
+    count = int(getattr(parameter, choice))
+    if count <= 0:
+        raise CLASSIFICATION_NOT_POSITIVE()
+    if "shared_memory_region" in parameters:
+        raise CLASSIFICATION_IN_SHM_GRPC()  # the classes are made from the output's values
+    return count
 
 
 def infer_options(request: pb.ModelInferRequest) -> InferOptions:

@@ -26,12 +26,10 @@ from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSet
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.codec import (
-    classification,
     decode_inputs,
+    decode_outputs,
     encode_response,
     infer_options,
-    output_locations,
-    requested_outputs,
 )
 from server.frontend.grpc.status import status_for
 
@@ -236,16 +234,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _decoded(self, request: pb.ModelInferRequest, context: Any) -> InferRequest:
         """The engine's request: tensors decoded (shared memory read), parameters parsed."""
+        inputs = decode_inputs(request)
+        outputs, locations, classes = decode_outputs(request)
         return InferRequest(
             request.model_name,
             request.model_version,
-            decode_inputs(request),
-            requested_outputs(request),
+            inputs,
+            outputs,
             self._forwarding.apply(infer_options(request), context.invocation_metadata() or ()),
             request.id,
             _trace_headers(context) if self._core.info.tracing else None,
-            output_locations(request),
-            classification(request),
+            locations,
+            classes,
         )
 
     async def ModelStreamInfer(
