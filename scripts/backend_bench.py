@@ -10,8 +10,15 @@ server's runs: the higher of the two counts (a shared machine's load moves a cei
 runs, and the lower one would flatter the server).
 The models come from scripts/models.py (TorchScript traced from it, IR converted from it).
 
+With `--triton DIR` (the `pytriton/tritonserver` folder of nvidia-pytriton 0.7.0, as for
+scripts/bench.py), Triton 2.51 serves the ONNX model with the same config, through its Python
+backend over one default ONNX Runtime session (scripts/triton_live.py: the wheel has no ONNX
+Runtime backend), right after Convoy's runs and against the same ceiling: what the other server
+reaches of that ceiling on the same machine, with the same client.
+
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
        [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
+       [--triton DIR]
 """
 
 from __future__ import annotations
@@ -30,9 +37,12 @@ if __package__ in (None, ""):
 import numpy as np
 import onnx
 
-from scripts import framework_models, models
+from scripts import framework_models, models, triton_live
 from scripts.bench_drivers import measure_ceiling, run_perf_analyzer, server_process
 from scripts.bench_runs import CONVOY_LINE
+
+TRITON = "triton (Python backend + ONNX Runtime)"  # its rows' name, measured against ORT's ceiling
+Row = tuple[str, int, float | None, float | None]  # server, concurrency, infer/s, p99 ms
 
 BATCH_SIZES = (1, 8, 16, 32)
 CONFIG = """\
@@ -120,13 +130,50 @@ def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
     return batch * runs / (time.perf_counter() - start_s)
 
 
+def measure(
+    name: str, url: str, model: str, concurrencies: Sequence[int], window_ms: int, work: Path
+) -> list[Row]:
+    """perf_analyzer over gRPC at each concurrency, after an unrecorded warm-up at the highest:
+    TorchScript's profiling executor optimizes each new batch shape on its first runs, which
+    take seconds."""
+    run_perf_analyzer(url, model, max(concurrencies), 1000, work / "warm-up.csv", "grpc")
+    rows: list[Row] = []
+    for concurrency in concurrencies:
+        csv = work / f"{model}_{concurrency}.csv"
+        found = run_perf_analyzer(url, model, concurrency, window_ms, csv, "grpc").measured
+        if found is None:
+            rows.append((name, concurrency, None, None))
+            continue
+        rows.append((name, concurrency, found.infer_per_s, found.p99_ms))
+        print(f"  {name} c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
+    return rows
+
+
+def run_triton(triton_dir: Path, repo: Path, args: argparse.Namespace, work: Path) -> list[Row]:
+    """Triton 2.51 live serving the ONNX model with Convoy's config (its Python backend)."""
+    root = work / "triton"
+    name = "resnet18_onnxruntime"
+    config = (repo / name / "config.pbtxt").read_text()
+    triton_live.write_model(root / "repository", name, config, repo / name / "1" / "model.onnx")
+    backends = triton_live.backend_directory(triton_dir, root)
+    command = triton_live.command(triton_dir, root / "repository", backends)
+    try:
+        with server_process(command, root / "triton.log", triton_live.STARTED) as (_pid, ports):
+            url = f"127.0.0.1:{ports[0]}"
+            return measure(TRITON, url, name, args.concurrency, args.window_ms, work)
+    except RuntimeError as error:  # it did not start: nothing was measured
+        print(f"Triton: {error}", file=sys.stderr)
+        return [(TRITON, concurrency, None, None) for concurrency in args.concurrency]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--window-ms", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
+    parser.add_argument("--triton", type=Path, help="nvidia-pytriton's tritonserver folder")
     args = parser.parse_args(argv)
-    rows = []
+    rows: list[Row] = []
     ceilings: dict[str, tuple[int, float]] = {}
     with tempfile.TemporaryDirectory(prefix="backend_bench_") as scratch:
         work = Path(scratch)
@@ -140,41 +187,24 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--metrics-port", "0", "--http-port", "0"]
             log = work / f"{backend}.log"
             with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
-                # Unrecorded warm-up at the highest concurrency: TorchScript's profiling executor
-                # optimizes each new batch shape on its first runs, which take seconds.
-                url, model, top_c = (
-                    f"127.0.0.1:{port}",
-                    f"resnet18_{backend}",
-                    max(args.concurrency),
-                )
-                run_perf_analyzer(url, model, top_c, 1000, work / "warm-up.csv", "grpc")
-                for concurrency in args.concurrency:
-                    run = run_perf_analyzer(
-                        url,
-                        model,
-                        concurrency,
-                        args.window_ms,
-                        work / f"{backend}_{concurrency}.csv",
-                        "grpc",
-                    )
-                    found = run.measured
-                    if found is None:
-                        rows.append((backend, concurrency, None, None))
-                        continue
-                    rows.append((backend, concurrency, found.infer_per_s, found.p99_ms))
-                    print(f"  c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
+                url, model = f"127.0.0.1:{port}", f"resnet18_{backend}"
+                rows += measure(backend, url, model, args.concurrency, args.window_ms, work)
+            if backend == "onnxruntime" and args.triton is not None:
+                rows += run_triton(args.triton.resolve(), repos[backend], args, work)
             after = ceiling(backend, repos[backend], args.window_ms / 1000)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
+            if backend == "onnxruntime":  # Triton's rows count against the same ceiling
+                ceilings[TRITON] = ceilings[backend]
     print("\n| backend | c | infer/s | p99 ms | ceiling infer/s (batch) | of ceiling |")
     print("|---|---|---|---|---|---|")
-    for backend, concurrency, rate, p99 in rows:
-        best_batch, top = ceilings[backend]
-        if rate is None:
-            print(f"| {backend} | {concurrency} | failed | | {top:.1f} ({best_batch}) | |")
+    for name, concurrency, rate, p99 in rows:
+        best_batch, top = ceilings[name]
+        if rate is None or p99 is None:
+            print(f"| {name} | {concurrency} | failed | | {top:.1f} ({best_batch}) | |")
             continue
         print(
-            f"| {backend} | {concurrency} | {rate:.1f} | {p99:.1f} | {top:.1f} ({best_batch}) "
+            f"| {name} | {concurrency} | {rate:.1f} | {p99:.1f} | {top:.1f} ({best_batch}) "
             f"| {rate / top:.2f} |"
         )
     return 0
