@@ -36,13 +36,15 @@ if __package__ in (None, ""):
 
 import numpy as np
 import onnx
+import tritonclient.grpc as grpcclient
 
 from scripts import framework_models, models, triton_live
 from scripts.bench_drivers import measure_ceiling, run_perf_analyzer, server_process
-from scripts.bench_runs import CONVOY_LINE
+from scripts.bench_runs import CONVOY_LINE, average_batch, batch_counts
 
 TRITON = "triton (Python backend + ONNX Runtime)"  # its rows' name, measured against ORT's ceiling
-Row = tuple[str, int, float | None, float | None]  # server, concurrency, infer/s, p99 ms
+# server, concurrency, infer/s, p99 ms, average batch size the server ran
+Row = tuple[str, int, float | None, float | None, float | None]
 
 BATCH_SIZES = (1, 8, 16, 32)
 CONFIG = """\
@@ -91,7 +93,8 @@ def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
 
 
 def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
-    """The framework's best (batch size, infer/s) in this process, default settings."""
+    """The framework's best (batch size, infer/s) in this process, default settings; prints
+    the rate of every batch size (a served batch of another size runs at that size's rate)."""
     model = repo / f"resnet18_{backend}" / "1" / BACKENDS[backend][1]
     if backend == "onnxruntime":
         rates = measure_ceiling(model, BATCH_SIZES, window_s)
@@ -99,6 +102,8 @@ def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
         rates = {
             batch: _rate(_runner(backend, model, batch), batch, window_s) for batch in BATCH_SIZES
         }
+    by_batch = ", ".join(f"batch {batch}: {rate:.1f}" for batch, rate in rates.items())
+    print(f"{backend} alone, infer/s by batch size: {by_batch}", flush=True)
     best = max(rates, key=lambda batch: rates[batch])
     return best, rates[best]
 
@@ -138,14 +143,17 @@ def measure(
     take seconds."""
     run_perf_analyzer(url, model, max(concurrencies), 1000, work / "warm-up.csv", "grpc")
     rows: list[Row] = []
-    for concurrency in concurrencies:
-        csv = work / f"{model}_{concurrency}.csv"
-        found = run_perf_analyzer(url, model, concurrency, window_ms, csv, "grpc").measured
-        if found is None:
-            rows.append((name, concurrency, None, None))
-            continue
-        rows.append((name, concurrency, found.infer_per_s, found.p99_ms))
-        print(f"  {name} c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
+    with grpcclient.InferenceServerClient(url) as client:
+        for concurrency in concurrencies:
+            csv = work / f"{model}_{concurrency}.csv"
+            before = batch_counts(client, model)
+            found = run_perf_analyzer(url, model, concurrency, window_ms, csv, "grpc").measured
+            batch = average_batch(before, batch_counts(client, model))
+            if found is None:
+                rows.append((name, concurrency, None, None, batch))
+                continue
+            rows.append((name, concurrency, found.infer_per_s, found.p99_ms, batch))
+            print(f"  {name} c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
     return rows
 
 
@@ -163,7 +171,7 @@ def run_triton(triton_dir: Path, repo: Path, args: argparse.Namespace, work: Pat
             return measure(TRITON, url, name, args.concurrency, args.window_ms, work)
     except RuntimeError as error:  # it did not start: nothing was measured
         print(f"Triton: {error}", file=sys.stderr)
-        return [(TRITON, concurrency, None, None) for concurrency in args.concurrency]
+        return [(TRITON, concurrency, None, None, None) for concurrency in args.concurrency]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,15 +204,16 @@ def main(argv: list[str] | None = None) -> int:
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
             if backend == "onnxruntime":  # Triton's rows count against the same ceiling
                 ceilings[TRITON] = ceilings[backend]
-    print("\n| backend | c | infer/s | p99 ms | ceiling infer/s (batch) | of ceiling |")
-    print("|---|---|---|---|---|---|")
-    for name, concurrency, rate, p99 in rows:
+    print("\n| backend | c | infer/s | p99 ms | avg batch | ceiling infer/s (batch) | of ceiling |")
+    print("|---|---|---|---|---|---|---|")
+    for name, concurrency, rate, p99, batch in rows:
         best_batch, top = ceilings[name]
+        ran = "" if batch is None else f"{batch:.1f}"
         if rate is None or p99 is None:
-            print(f"| {name} | {concurrency} | failed | | {top:.1f} ({best_batch}) | |")
+            print(f"| {name} | {concurrency} | failed | | {ran} | {top:.1f} ({best_batch}) | |")
             continue
         print(
-            f"| {name} | {concurrency} | {rate:.1f} | {p99:.1f} | {top:.1f} ({best_batch}) "
+            f"| {name} | {concurrency} | {rate:.1f} | {p99:.1f} | {ran} | {top:.1f} ({best_batch}) "
             f"| {rate / top:.2f} |"
         )
     return 0

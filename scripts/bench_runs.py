@@ -89,7 +89,7 @@ def batch_counts(client: grpcclient.InferenceServerClient, model: str) -> tuple[
     return int(stats.inference_count), int(stats.execution_count)
 
 
-def _average_batch(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+def average_batch(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
     if before is None or after is None or after[1] == before[1]:
         return None
     return (after[0] - before[0]) / (after[1] - before[1])
@@ -128,7 +128,7 @@ def measure_served(
                     run = run_perf_analyzer(
                         url, plan.model, c, settings.window_ms, csv_path, fe, meter
                     )
-            avg_batch = _average_batch(before, batch_counts(client, plan.model))
+            avg_batch = average_batch(before, batch_counts(client, plan.model))
             busy = sum(utilization) / len(utilization) if utilization else None
             row = Row(
                 system=system,
