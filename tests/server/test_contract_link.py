@@ -4,7 +4,7 @@ other, tensors placed in an arena, inline, or in a shared memory region."""
 import numpy as np
 
 from server.contract import link
-from server.contract.arena import Arena
+from server.contract.arena import Allocator, Arena
 from server.contract.datatypes import BY_WIRE, encode_raw
 from server.contract.errors import InvalidInputError
 from server.contract.model_io import TensorSpec
@@ -111,3 +111,20 @@ def test_a_final_flag_alone_and_a_failure_keep_their_meaning() -> None:
         error, final = link.stream_item(failed, arena, lambda offset: None)
     assert isinstance(error, InvalidInputError) and str(error) == "bad shape"
     assert not final
+
+
+def test_small_tensors_travel_inline_and_large_ones_in_the_arena_while_it_has_room() -> None:
+    floats = BY_WIRE["FP32"]
+    small = np.arange(link.INLINE_MAX_BYTES // 4, dtype=np.float32)
+    large = np.arange(link.INLINE_MAX_BYTES // 4 + 1, dtype=np.float32).reshape(1, -1)
+    words = np.array([b"x" * (2 * link.INLINE_MAX_BYTES)], dtype=object)
+    size = 4 * link.INLINE_MAX_BYTES
+    with Arena.create(size) as arena:
+        allocator = Allocator(size)
+        assert link.place(small, floats, arena, allocator) == (link.INLINE, small.tobytes())
+        kind, offset, nbytes = link.place(large, floats, arena, allocator)
+        assert (kind, nbytes) == (link.ARENA, large.nbytes)
+        np.testing.assert_array_equal(arena.array(offset, np.float32, large.shape), large)
+        assert link.place(words, BY_WIRE["BYTES"], arena, allocator)[0] == link.INLINE
+        allocator.allocate(allocator.size_bytes - 2 * link.INLINE_MAX_BYTES - 64)  # nearly full
+        assert link.place(large, floats, arena, allocator) == (link.INLINE, large.tobytes())
