@@ -117,6 +117,8 @@ class BatchPolicy:
 
     def shape_key(self, inputs: TensorMap) -> tuple[object, ...]:
         """What must be equal for two requests to share a batch (shapes after the batch dim)."""
+        if not self.equal_shape_inputs:  # most models: every request shares one key
+            return ()
         return tuple(
             inputs[name].shape[1:] if name in inputs else None for name in self.equal_shape_inputs
         )
