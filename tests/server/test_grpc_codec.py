@@ -8,7 +8,8 @@ import pytest
 from proto import grpc_service_pb2 as pb
 from server.contract.datatypes import BY_WIRE, decode_raw, encode_bytes, encode_raw
 from server.contract.errors import InvalidInputError
-from server.frontend.grpc.codec import decode_inputs, decode_outputs
+from server.contract.requests import InferOptions
+from server.frontend.grpc.codec import decode_inputs, decode_outputs, infer_options
 
 FIXED_TYPES = {
     "BOOL": np.array([[True, False], [False, True]]),
@@ -159,3 +160,12 @@ def test_decode_outputs_refuses_a_bad_classification(
         output.parameters[key].CopyFrom(value)
     with pytest.raises(InvalidInputError, match=expected):
         decode_outputs(request)
+
+
+def test_triton_flags_alone_leave_the_default_options_and_others_still_count() -> None:
+    flagged = pb.ModelInferRequest()
+    flagged.parameters["triton_enable_empty_final_response"].bool_param = True
+    assert infer_options(flagged) == InferOptions()
+    flagged.parameters["priority"].uint64_param = 2
+    flagged.parameters["color"].string_param = "red"
+    assert infer_options(flagged) == InferOptions(priority=2, parameters={"color": "red"})

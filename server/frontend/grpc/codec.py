@@ -160,7 +160,10 @@ def _class_count(parameters: Mapping[str, pb.InferParameter]) -> int:
 def infer_options(request: pb.ModelInferRequest) -> InferOptions:
     """The scheduling parameters Triton reserves (`priority`, `timeout` in microseconds), and
     the others, for the model."""
-    if not request.parameters:
+    parameters = request.parameters
+    if not parameters or all(key.startswith("triton_") for key in parameters):
+        # Triton's own flags are never the model's or the scheduler's; perf_analyzer and
+        # tritonclient send triton_enable_empty_final_response with every request.
         return _NO_OPTIONS
     return InferOptions(
         priority=_int_parameter(request, "priority"),
