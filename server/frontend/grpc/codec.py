@@ -53,9 +53,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     """
     raw = request.raw_input_contents
     tensors = request.inputs
-    # Each protobuf field read builds a Python object: a tensor's parameters are looked into
-    # only when it has some (most requests have none), and each field is read once.
-    regions = [shm_location(t.parameters, t.name) if t.parameters else None for t in tensors]
+    regions = [shm_location(t.parameters, t.name) for t in tensors]
     if raw:
         for tensor in tensors:  # before the count, as Triton checks them (clients look for it)
             if tensor.HasField("contents"):
@@ -93,7 +91,8 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
 
 def shm_location(parameters: Mapping[str, pb.InferParameter], tensor: str) -> Location | None:
     """(region, offset, byte_size) when a tensor's parameters place it in shared memory."""
-    if "shared_memory_region" not in parameters:
+    # Most tensors have no parameters: an empty map is told apart before any key is looked up.
+    if not parameters or "shared_memory_region" not in parameters:
         return None
     region = parameters["shared_memory_region"].string_param
     if "shared_memory_byte_size" not in parameters:
