@@ -128,11 +128,25 @@ Client = tuple[grpcclient.InferenceServerClient, int]  # a client and its connec
 
 
 @contextlib.contextmanager
-def _clients(server: ConvoyServer, count: int) -> Iterator[list[Client]]:
-    """`count` clients, each on its own connection."""
+def _clients(
+    server: ConvoyServer, count: int, spread_over: set[int] | None = None
+) -> Iterator[list[Client]]:
+    """`count` clients, each on its own connection; with `spread_over` (worker pids), more until
+    each of those workers holds one (the kernel hashes a connection to a worker, so a few clients
+    may all reach the same one)."""
     opened: list[Client] = []
+
+    def enough() -> bool:
+        if len(opened) < count:
+            return False
+        if spread_over is None:
+            return True
+        owners = _worker_of_clients(server.grpc_port, spread_over)
+        return {owners[port] for _, port in opened} == spread_over
+
     try:
-        for _ in range(count):
+        while not enough():
+            assert len(opened) < count + 64, "the kernel gave every connection to one worker"
             before = _our_ports(server.grpc_port)
             # gRPC shares one connection among a process's channels to one address unless told.
             client = grpcclient.InferenceServerClient(server.url, channel_args=OWN_CONNECTION)
@@ -176,7 +190,7 @@ def test_a_killed_worker_is_replaced_and_clients_of_the_other_see_no_failure(
     server: ConvoyServer,
 ) -> None:
     workers = _workers(server)
-    with _clients(server, 12) as clients:
+    with _clients(server, 12, spread_over=workers) as clients:
         owners = _worker_of_clients(server.grpc_port, workers)
         by_worker = {pid: [port for _, port in clients if owners[port] == pid] for pid in workers}
         victim = max(by_worker, key=lambda pid: len(by_worker[pid]))
@@ -235,7 +249,7 @@ def test_a_region_registered_through_one_worker_serves_another(server: ConvoySer
     handle = shm.create_shared_memory_region("in_workers", "/convoy_in_workers", 2 * SIMPLE_BYTES)
     try:
         shm.set_shared_memory_region(handle, [a, b])
-        with _clients(server, 12) as clients:
+        with _clients(server, 2, spread_over=workers) as clients:
             owners = _worker_of_clients(server.grpc_port, workers)
             first = next(entry for entry in clients if owners[entry[1]] == min(workers))
             second = next(entry for entry in clients if owners[entry[1]] == max(workers))
@@ -254,9 +268,7 @@ def test_a_region_registered_through_one_worker_serves_another(server: ConvoySer
 def test_statistics_count_every_request_whichever_worker_took_it(server: ConvoyServer) -> None:
     workers = _workers(server)
     per_client = 25
-    with _clients(server, 8) as clients:
-        owners = _worker_of_clients(server.grpc_port, workers)
-        assert set(owners.values()) == workers, "every worker should hold some connection"
+    with _clients(server, 8, spread_over=workers) as clients:
 
         def send(client: grpcclient.InferenceServerClient) -> None:
             for seed in range(per_client):
