@@ -262,26 +262,34 @@ def run_fastapi(specs: Sequence[ModelSpec], settings: Settings) -> list[Row]:
 
 def run_triton(triton_dir: Path, specs: Sequence[ModelSpec], settings: Settings) -> list[Row]:
     """Triton 2.51 live: each model's `on` variant, Python backend, over perf_analyzer's front
-    ends."""
+    ends, each front end on a server of its own (Triton 2.51 here can crash, SIGSEGV in
+    TRITONSERVER_InferenceRequestDelete, on a streaming run right after a unary one; so a crash
+    costs one front end's figures, not the rest)."""
     root = settings.scratch / "triton"
     repo = root / "repository"
     for spec in specs:
         onnx_path = settings.scratch / f"{spec.name}.onnx"
         triton_live.write_model(repo, f"{spec.name}_on", variant_config(spec, "on"), onnx_path)
     backends = triton_live.backend_directory(triton_dir, root)
-    command = triton_live.command(triton_dir, repo, backends)
-    work = [
-        Plan(spec, "on", fe)
-        for spec in specs
-        for fe in settings.front_ends or spec.front_ends
-        if fe != "http-wrk"
-    ]
-    try:
-        with server_process(command, root / "triton.log", triton_live.STARTED) as (pid, ports):
-            return measure_served(TRITON, pid, (ports[0], ports[1]), work, settings)
-    except RuntimeError as error:
-        warn(f"Triton: {error}")
-        return _failed(TRITON, work, settings, None)
+    front_ends = dict.fromkeys(
+        fe for spec in specs for fe in settings.front_ends or spec.front_ends if fe != "http-wrk"
+    )
+    rows: list[Row] = []
+    for front_end in front_ends:
+        work = [
+            Plan(spec, "on", front_end)
+            for spec in specs
+            if front_end in (settings.front_ends or spec.front_ends)
+        ]
+        command = triton_live.command(triton_dir, repo, backends)  # fresh ports each time
+        log = root / f"triton-{front_end}.log"
+        try:
+            with server_process(command, log, triton_live.STARTED) as (pid, ports):
+                rows += measure_served(TRITON, pid, (ports[0], ports[1]), work, settings)
+        except RuntimeError as error:
+            warn(f"Triton ({front_end}): {error}")
+            rows += _failed(TRITON, work, settings, None)
+    return rows
 
 
 def _progress(row: Row) -> Row:
