@@ -272,16 +272,15 @@ def run_triton(triton_dir: Path, specs: Sequence[ModelSpec], settings: Settings)
         onnx_path = settings.scratch / f"{spec.name}.onnx"
         triton_live.write_model(repo, f"{spec.name}_on", variant_config(spec, "on"), onnx_path)
     backends = triton_live.backend_directory(triton_dir, root)
-    front_ends = dict.fromkeys(
-        fe for spec in specs for fe in settings.front_ends or spec.front_ends if fe != "http-wrk"
-    )
+    plans = [
+        Plan(spec, "on", fe)
+        for spec in specs
+        for fe in settings.front_ends or spec.front_ends
+        if fe != "http-wrk"
+    ]
     rows: list[Row] = []
-    for front_end in front_ends:
-        work = [
-            Plan(spec, "on", front_end)
-            for spec in specs
-            if front_end in (settings.front_ends or spec.front_ends)
-        ]
+    for front_end in dict.fromkeys(plan.front_end for plan in plans):
+        work = [plan for plan in plans if plan.front_end == front_end]
         for attempt in (1, 2):
             command = triton_live.command(triton_dir, repo, backends)  # fresh ports each time
             log = root / f"triton-{front_end}-{attempt}.log"
