@@ -1,13 +1,15 @@
 """The same resnet18 served as ONNX (ONNX Runtime), TorchScript (PyTorch) and OpenVINO IR, each
 against its own framework's in-process ceiling: infer/s and p99 at each concurrency.
 
-Every backend gets the same config (max_batch_size 32, dynamic batching with preferred sizes 8
-and 16 and a 2 ms delay, one CPU instance) and one server of its own; perf_analyzer drives it
-(batch 1 per request, closed loop) after an unrecorded warm-up at the highest concurrency. The
-ceiling is the framework alone in this process with its default settings, one thread calling it
-back to back, at its best batch size of 1, 8, 16 and 32, measured before and again after the
-server's runs: the higher of the two counts (a shared machine's load moves a ceiling between
-runs, and the lower one would flatter the server).
+The ceiling is the framework alone in this process with its default settings, one thread
+calling it back to back, at its best batch size of 1, 8, 16 and 32, measured before and again
+after the server's runs: the higher of the two counts (a shared machine's load moves a ceiling
+between runs, and the lower one would flatter the server).
+Every backend gets the same config but for one number: max_batch_size is the batch size its
+framework ran fastest at in the first ceiling measurement, as a Triton user tunes a model
+(`--max-batch-size N` gives every backend N instead); dynamic batching with a 2 ms delay, one
+CPU instance. Each backend has one server of its own; perf_analyzer drives it (batch 1 per
+request, closed loop) after an unrecorded warm-up at the highest concurrency.
 The models come from scripts/models.py (TorchScript traced from it, IR converted from it).
 
 With `--triton DIR` (the `pytriton/tritonserver` folder of nvidia-pytriton 0.7.0, as for
@@ -18,7 +20,7 @@ reaches of that ceiling on the same machine, with the same client.
 
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
        [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
-       [--triton DIR]
+       [--triton DIR] [--max-batch-size N]
 """
 
 from __future__ import annotations
@@ -50,14 +52,11 @@ BATCH_SIZES = (1, 8, 16, 32)
 CONFIG = """\
 name: "{name}"
 {backend}
-max_batch_size: 32
+max_batch_size: {max_batch_size}
 input [ {{ name: "{input}" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]
 output [ {{ name: "{output}" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-dynamic_batching {{
-  preferred_batch_size: [ 8, 16 ]
-  max_queue_delay_microseconds: 2000
-}}
+dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
 """
 # backend -> (config's backend line, file name, input name, output name)
 BACKENDS = {
@@ -68,19 +67,16 @@ BACKENDS = {
 
 
 def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
-    """One repository per backend, each holding resnet18 as that backend's file."""
+    """One repository per backend, each holding resnet18 as that backend's file (its config is
+    written by `write_config`, once the ceiling has named the batch size)."""
     onnx_path = work / "resnet18.onnx"
     onnx.save_model(models.resnet18(), onnx_path)
     repos = {}
     for backend in backends:
-        line, filename, input_name, output_name = BACKENDS[backend]
-        name = f"resnet18_{backend}"
         repo = work / backend
-        version = repo / name / "1"
+        version = repo / f"resnet18_{backend}" / "1"
         version.mkdir(parents=True)
-        config = CONFIG.format(name=name, backend=line, input=input_name, output=output_name)
-        (repo / name / "config.pbtxt").write_text(config)
-        target = version / filename
+        target = version / BACKENDS[backend][1]
         if backend == "onnxruntime":
             target.write_bytes(onnx_path.read_bytes())
         elif backend == "pytorch":
@@ -90,6 +86,19 @@ def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
             framework_models.save_openvino_ir(onnx_path, target)
         repos[backend] = repo
     return repos
+
+
+def write_config(repo: Path, backend: str, max_batch_size: int) -> None:
+    line, _filename, input_name, output_name = BACKENDS[backend]
+    name = f"resnet18_{backend}"
+    config = CONFIG.format(
+        name=name,
+        backend=line,
+        max_batch_size=max_batch_size,
+        input=input_name,
+        output=output_name,
+    )
+    (repo / name / "config.pbtxt").write_text(config)
 
 
 def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
@@ -180,9 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
     parser.add_argument("--triton", type=Path, help="nvidia-pytriton's tritonserver folder")
+    parser.add_argument(
+        "--max-batch-size", type=int, help="every server's max_batch_size (default: the best)"
+    )
     args = parser.parse_args(argv)
     rows: list[Row] = []
     ceilings: dict[str, tuple[int, float]] = {}
+    served: dict[str, int] = {}  # server -> its max_batch_size
     with tempfile.TemporaryDirectory(prefix="backend_bench_") as scratch:
         work = Path(scratch)
         repos = write_models(work, args.backends)
@@ -190,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             best_batch, top = ceiling(backend, repos[backend], args.window_ms / 1000)
             print(f"{backend}: ceiling {top:.1f} infer/s at batch {best_batch}", flush=True)
             ceilings[backend] = best_batch, top
+            served[backend] = args.max_batch_size or best_batch
+            print(f"{backend}: served with max_batch_size {served[backend]}", flush=True)
+            write_config(repos[backend], backend, served[backend])
             command = [sys.executable, "-m", "server", "serve", "--model-repository"]
             command += [str(repos[backend]), "--host", "127.0.0.1", "--grpc-port", "0"]
             command += ["--metrics-port", "0", "--http-port", "0"]
@@ -202,13 +218,16 @@ def main(argv: list[str] | None = None) -> int:
             after = ceiling(backend, repos[backend], args.window_ms / 1000)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
-            if backend == "onnxruntime":  # Triton's rows count against the same ceiling
-                ceilings[TRITON] = ceilings[backend]
-    print("\n| backend | c | infer/s | p99 ms | avg batch | ceiling infer/s (batch) | of ceiling |")
+            if backend == "onnxruntime":  # Triton's rows: the same config and ceiling
+                ceilings[TRITON], served[TRITON] = ceilings[backend], served[backend]
+    print(
+        "\n| backend | c | infer/s | p99 ms | max / avg batch | ceiling infer/s (batch) "
+        "| of ceiling |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, concurrency, rate, p99, batch in rows:
         best_batch, top = ceilings[name]
-        ran = "" if batch is None else f"{batch:.1f}"
+        ran = f"{served[name]} / " + ("" if batch is None else f"{batch:.1f}")
         if rate is None or p99 is None:
             print(f"| {name} | {concurrency} | failed | | {ran} | {top:.1f} ({best_batch}) | |")
             continue

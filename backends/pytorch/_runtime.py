@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import sys
 from typing import Any
 
 from backends.errors import ModelLoadError
@@ -36,14 +34,12 @@ TORCH_DTYPES: dict[int, str] = {
 def import_torch() -> Any:
     """The torch module; a load error naming the extra where it is missing.
 
-    Before torch's first import, OpenMP's idle threads are told to sleep rather than spin
-    (OMP_WAIT_POLICY=PASSIVE, unless the environment already says): spinning intra-op threads
-    take the cores from the front end and the batcher between batches (measured with resnet18
-    on 2 cores: 1.8 -> 14.4 infer/s at concurrency 1, 8.7 -> 17.6 at 32; README, Backends).
-    OpenMP reads the variable once, when torch loads it, so this is the only place it can go.
+    OpenMP's idle threads keep libgomp's default (a bounded spin, then sleep), as under Triton's
+    libtorch and in the ceiling Convoy is measured against; served, it beat the passive policy at
+    every concurrency on 2 cores (README, Backends). Where spinning starves other work (a CPU
+    quota smaller than the cores torch counts), `OMP_WAIT_POLICY=PASSIVE` in the server's
+    environment puts them to sleep at once.
     """
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         return importlib.import_module("torch")
     except ImportError as exc:
