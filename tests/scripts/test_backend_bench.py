@@ -1,0 +1,27 @@
+"""scripts/backend_bench.py's configs: one per backend, alike but for the backend and the
+max_batch_size each server is given, and each one a config the server reads."""
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+
+from proto import model_config_pb2 as mc
+from scripts import backend_bench
+
+
+@pytest.mark.parametrize("backend", list(backend_bench.BACKENDS))
+def test_each_backend_gets_the_batch_size_it_is_served_with(tmp_path: Path, backend: str) -> None:
+    (tmp_path / f"resnet18_{backend}").mkdir()
+    backend_bench.write_config(tmp_path, backend, 8)
+    text = (tmp_path / f"resnet18_{backend}" / "config.pbtxt").read_text()
+    config = text_format.Parse(text, mc.ModelConfig())
+    _line, _file, input_name, output_name = backend_bench.BACKENDS[backend]
+    assert config.max_batch_size == 8
+    assert config.dynamic_batching.max_queue_delay_microseconds == 2000
+    assert [i.name for i in config.input] == [input_name]
+    assert [o.name for o in config.output] == [output_name]
+    assert [(g.count, g.kind) for g in config.instance_group] == [
+        (1, mc.ModelInstanceGroup.KIND_CPU)
+    ]
+    assert (config.backend or config.platform) in {"onnxruntime", "pytorch_libtorch", "openvino"}
