@@ -116,11 +116,14 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(
 def test_health_check_is_not_serving_during_the_drain(
     start_server: StartServer, subset_repository: Callable[..., Path]
 ) -> None:
-    server = start_server(subset_repository("resnet18"))
+    server = start_server(subset_repository("resnet18"), "--exit-timeout-secs", str(EXIT_TIMEOUT_S))
     client = grpcclient.InferenceServerClient(server.url)
-    with ThreadPoolExecutor(2) as pool:
-        in_flight = [pool.submit(_resnet18, client, _images(IN_FLIGHT_BATCH)) for _ in range(2)]
-        time.sleep(0.3)
+    batches = [_images(IN_FLIGHT_BATCH, seed) for seed in range(IN_FLIGHT)]
+    with ThreadPoolExecutor(IN_FLIGHT) as pool:
+        in_flight = [pool.submit(_resnet18, client, images) for images in batches]
+        # The work in the server's hands before the signal: a request still on the wire is
+        # refused, and with nothing left to drain the server (its workers too) would be gone.
+        assert _wait_until(lambda: _received(server, "resnet18") == IN_FLIGHT, timeout_s=10.0)
         server.send_signal(signal.SIGTERM)
         assert _wait_until(lambda: not client.is_server_ready(), timeout_s=5.0)
         status = _health(server.url)
