@@ -66,6 +66,11 @@ BACKENDS = {
 }
 
 
+def model_name(backend: str) -> str:
+    """The served model's name, and its directory in the backend's repository."""
+    return f"resnet18_{backend}"
+
+
 def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
     """One repository per backend, each holding resnet18 as that backend's file (its config is
     written by `write_config`, once the ceiling has named the batch size)."""
@@ -74,7 +79,7 @@ def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
     repos = {}
     for backend in backends:
         repo = work / backend
-        version = repo / f"resnet18_{backend}" / "1"
+        version = repo / model_name(backend) / "1"
         version.mkdir(parents=True)
         target = version / BACKENDS[backend][1]
         if backend == "onnxruntime":
@@ -90,7 +95,7 @@ def write_models(work: Path, backends: Sequence[str]) -> dict[str, Path]:
 
 def write_config(repo: Path, backend: str, max_batch_size: int) -> None:
     line, _filename, input_name, output_name = BACKENDS[backend]
-    name = f"resnet18_{backend}"
+    name = model_name(backend)
     config = CONFIG.format(
         name=name,
         backend=line,
@@ -104,7 +109,7 @@ def write_config(repo: Path, backend: str, max_batch_size: int) -> None:
 def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
     """The framework's best (batch size, infer/s) in this process, default settings; prints
     the rate of every batch size (a served batch of another size runs at that size's rate)."""
-    model = repo / f"resnet18_{backend}" / "1" / BACKENDS[backend][1]
+    model = repo / model_name(backend) / "1" / BACKENDS[backend][1]
     if backend == "onnxruntime":
         rates = measure_ceiling(model, BATCH_SIZES, window_s)
     else:
@@ -169,7 +174,7 @@ def measure(
 def run_triton(triton_dir: Path, repo: Path, args: argparse.Namespace, work: Path) -> list[Row]:
     """Triton 2.51 live serving the ONNX model with Convoy's config (its Python backend)."""
     root = work / "triton"
-    name = "resnet18_onnxruntime"
+    name = model_name("onnxruntime")
     config = (repo / name / "config.pbtxt").read_text()
     triton_live.write_model(root / "repository", name, config, repo / name / "1" / "model.onnx")
     backends = triton_live.backend_directory(triton_dir, root)
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--metrics-port", "0", "--http-port", "0"]
             log = work / f"{backend}.log"
             with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
-                url, model = f"127.0.0.1:{port}", f"resnet18_{backend}"
+                url, model = f"127.0.0.1:{port}", model_name(backend)
                 rows += measure(backend, url, model, args.concurrency, args.window_ms, work)
             if backend == "onnxruntime" and args.triton is not None:
                 rows += run_triton(args.triton.resolve(), repos[backend], args, work)

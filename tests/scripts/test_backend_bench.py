@@ -12,9 +12,10 @@ from scripts import backend_bench
 
 @pytest.mark.parametrize("backend", list(backend_bench.BACKENDS))
 def test_each_backend_gets_the_batch_size_it_is_served_with(tmp_path: Path, backend: str) -> None:
-    (tmp_path / f"resnet18_{backend}").mkdir()
+    model = tmp_path / backend_bench.model_name(backend)
+    model.mkdir()
     backend_bench.write_config(tmp_path, backend, 8)
-    text = (tmp_path / f"resnet18_{backend}" / "config.pbtxt").read_text()
+    text = (model / "config.pbtxt").read_text()
     config = text_format.Parse(text, mc.ModelConfig())
     _line, _file, input_name, output_name = backend_bench.BACKENDS[backend]
     assert config.max_batch_size == 8
