@@ -25,6 +25,10 @@ class OpenVinoSettings:
     Without `INFERENCE_NUM_THREADS`, a model's instances share the cores: each compiled model
     takes max(1, cores // instances) threads (the ONNX Runtime backend's rule), since every
     instance compiles its own copy and runs one request at a time on its worker thread.
+    OpenVINO pins a compiled model's threads to the first cores, so every compiled model taking
+    fewer threads than the cores would pin to the same ones (two one-thread instances on two
+    cores ran as fast as one); such instances leave their threads unpinned unless
+    `ENABLE_CPU_PINNING` says otherwise.
     """
 
     properties: Mapping[str, str] = field(default_factory=dict)  # OpenVINO key -> value
@@ -38,12 +42,20 @@ class OpenVinoSettings:
         """The settings of `config`'s instances; `cores` defaults to `usable_cores()`."""
         model, params = config.name, string_parameters(config)
         instances = instance_count(config, 1)
-        share = max(1, (usable_cores() if cores is None else cores) // instances)
-        properties = {"INFERENCE_NUM_THREADS": str(share)}
+        usable = usable_cores() if cores is None else cores
+        properties = {"INFERENCE_NUM_THREADS": str(max(1, usable // instances))}
         for key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
             raw = params.get(key, "").strip()
             if raw:
                 properties[key] = _count(model, key, raw)
+        # Convoy's own, passed to OpenVINO: YES or NO.
+        raw = params.get("ENABLE_CPU_PINNING", "").strip()
+        if raw:
+            if raw.lower() not in ("yes", "no"):
+                raise _bad(model, "ENABLE_CPU_PINNING", "YES or NO", raw)
+            properties["ENABLE_CPU_PINNING"] = raw.upper()
+        elif 0 < int(properties["INFERENCE_NUM_THREADS"]) < usable:
+            properties["ENABLE_CPU_PINNING"] = "NO"
         raw = params.get("NUM_STREAMS", "").strip()
         if raw:
             properties["NUM_STREAMS"] = _STREAMS.get(raw.lower()) or _streams(model, raw)

@@ -75,6 +75,24 @@ def test_openvino_threads_share_the_cores_by_default() -> None:
     }
 
 
+def test_openvino_instances_short_of_the_cores_leave_their_threads_unpinned() -> None:
+    """OpenVINO pins a compiled model's threads to the first cores: two one-thread instances
+    pinned would share one core."""
+    two = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    assert OpenVinoSettings.from_config(_config({}, two), cores=2).properties == {
+        "INFERENCE_NUM_THREADS": "1",
+        "ENABLE_CPU_PINNING": "NO",
+    }
+    narrow = OpenVinoSettings.from_config(_config({"INFERENCE_NUM_THREADS": "2"}), cores=8)
+    assert narrow.properties["ENABLE_CPU_PINNING"] == "NO"
+    for every_core in ({"INFERENCE_NUM_THREADS": "8"}, {"INFERENCE_NUM_THREADS": "0"}):
+        assert "ENABLE_CPU_PINNING" not in OpenVinoSettings.from_config(
+            _config(every_core), cores=8
+        ).properties
+    asked = OpenVinoSettings.from_config(_config({"ENABLE_CPU_PINNING": "yes"}, two), cores=2)
+    assert asked.properties["ENABLE_CPU_PINNING"] == "YES"
+
+
 def test_openvino_parameters() -> None:
     settings = OpenVinoSettings.from_config(
         _config(
@@ -94,6 +112,7 @@ def test_openvino_parameters() -> None:
     assert settings.properties == {
         "INFERENCE_NUM_THREADS": "3",
         "COMPILATION_NUM_THREADS": "1",
+        "ENABLE_CPU_PINNING": "NO",  # 3 of the 8 cores
         "NUM_STREAMS": "AUTO",
         "PERFORMANCE_HINT": "THROUGHPUT",
         "INFERENCE_PRECISION_HINT": "bf16",
@@ -114,6 +133,7 @@ def test_openvino_parameters() -> None:
         ("NUM_STREAMS", "\u0662", "'NUM_STREAMS' to be either AUTO/NUMA/<int_value>"),
         ("HINT_BF16", "no", "'HINT_BF16' to be YES, got no"),
         ("INFERENCE_PRECISION_HINT", "f8", "'INFERENCE_PRECISION_HINT' to be f32, bf16 or f16"),
+        ("ENABLE_CPU_PINNING", "off", "'ENABLE_CPU_PINNING' to be YES or NO, got off"),
     ],
 )
 def test_openvino_refusals(key: str, value: str, message: str) -> None:

@@ -43,6 +43,7 @@ def test_parameters_reach_the_compiled_model(simple_xml: Path) -> None:
         'parameters { key: "PERFORMANCE_HINT" value: { string_value: "THROUGHPUT" } }\n'
         'parameters { key: "INFERENCE_NUM_THREADS" value: { string_value: "1" } }\n'
         'parameters { key: "INFERENCE_PRECISION_HINT" value: { string_value: "f32" } }\n'
+        'parameters { key: "ENABLE_CPU_PINNING" value: { string_value: "NO" } }\n'
     )
     instance = OpenVinoInstance.load("m_1_0", simple_xml, config)
     try:
@@ -50,6 +51,7 @@ def test_parameters_reach_the_compiled_model(simple_xml: Path) -> None:
         assert instance.compiled_property("PERFORMANCE_HINT") == "THROUGHPUT"
         assert instance.compiled_property("INFERENCE_NUM_THREADS") == "1"
         assert "float32" in instance.compiled_property("INFERENCE_PRECISION_HINT")
+        assert instance.compiled_property("ENABLE_CPU_PINNING") == "False"
     finally:
         instance.close()
 
