@@ -9,7 +9,10 @@ Every backend gets the same config but for one number: max_batch_size is the bat
 framework ran fastest at in the first ceiling measurement, as a Triton user tunes a model
 (`--max-batch-size N` gives every backend N instead); dynamic batching with a 2 ms delay, one
 CPU instance. Each backend has one server of its own; perf_analyzer drives it (batch 1 per
-request, closed loop) after an unrecorded warm-up at the highest concurrency.
+request, closed loop) after an unrecorded warm-up at the highest concurrency, at each
+concurrency twice: with the inputs in the requests (over the wire) and through system shared
+memory (`--shared-memory=system`, the way Triton offers a client on the server's machine),
+since on a small machine the client and the wire take CPU from the framework.
 The models come from scripts/models.py (TorchScript traced from it, IR converted from it).
 
 With `--triton DIR` (the `pytriton/tritonserver` folder of nvidia-pytriton 0.7.0, as for
@@ -20,7 +23,7 @@ reaches of that ceiling on the same machine, with the same client.
 
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
        [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
-       [--triton DIR] [--max-batch-size N]
+       [--triton DIR] [--max-batch-size N] [--inputs wire shm]
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ from scripts.bench_drivers import measure_ceiling, run_perf_analyzer, server_pro
 from scripts.bench_runs import CONVOY_LINE, average_batch, batch_counts
 
 TRITON = "triton (Python backend + ONNX Runtime)"  # its rows' name, measured against ORT's ceiling
-# server, concurrency, infer/s, p99 ms, average batch size the server ran
-Row = tuple[str, int, float | None, float | None, float | None]
+# server, inputs (INPUTS), concurrency, infer/s, p99 ms, average batch size the server ran
+Row = tuple[str, str, int, float | None, float | None, float | None]
+# How the inputs reach the server -> whether perf_analyzer places them in system shared memory.
+INPUTS = {"wire": False, "shm": True}
 
 BATCH_SIZES = (1, 8, 16, 32)
 CONFIG = """\
@@ -149,25 +154,34 @@ def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
     return batch * runs / (time.perf_counter() - start_s)
 
 
-def measure(
-    name: str, url: str, model: str, concurrencies: Sequence[int], window_ms: int, work: Path
-) -> list[Row]:
-    """perf_analyzer over gRPC at each concurrency, after an unrecorded warm-up at the highest:
-    TorchScript's profiling executor optimizes each new batch shape on its first runs, which
-    take seconds."""
-    run_perf_analyzer(url, model, max(concurrencies), 1000, work / "warm-up.csv", "grpc")
+def measure(name: str, url: str, model: str, args: argparse.Namespace, work: Path) -> list[Row]:
+    """perf_analyzer over gRPC at each concurrency, each way of sending the inputs back to back,
+    after an unrecorded warm-up at the highest: TorchScript's profiling executor optimizes each
+    new batch shape on its first runs, which take seconds."""
+    warm_up = work / "warm-up.csv"
+    run_perf_analyzer(url, model, max(args.concurrency), 1000, warm_up, "grpc")
     rows: list[Row] = []
     with grpcclient.InferenceServerClient(url) as client:
-        for concurrency in concurrencies:
-            csv = work / f"{model}_{concurrency}.csv"
-            before = batch_counts(client, model)
-            found = run_perf_analyzer(url, model, concurrency, window_ms, csv, "grpc").measured
-            batch = average_batch(before, batch_counts(client, model))
-            if found is None:
-                rows.append((name, concurrency, None, None, batch))
-                continue
-            rows.append((name, concurrency, found.infer_per_s, found.p99_ms, batch))
-            print(f"  {name} c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
+        for concurrency in args.concurrency:
+            for inputs in args.inputs:
+                csv = work / f"{model}_{inputs}_{concurrency}.csv"
+                before = batch_counts(client, model)
+                found = run_perf_analyzer(
+                    url,
+                    model,
+                    concurrency,
+                    args.window_ms,
+                    csv,
+                    "grpc",
+                    shared_memory=INPUTS[inputs],
+                ).measured
+                batch = average_batch(before, batch_counts(client, model))
+                if found is None:
+                    rows.append((name, inputs, concurrency, None, None, batch))
+                    continue
+                rows.append((name, inputs, concurrency, found.infer_per_s, found.p99_ms, batch))
+                rate = found.infer_per_s
+                print(f"  {name} {inputs} c={concurrency}: {rate:.1f} infer/s", flush=True)
     return rows
 
 
@@ -182,10 +196,14 @@ def run_triton(triton_dir: Path, repo: Path, args: argparse.Namespace, work: Pat
     try:
         with server_process(command, root / "triton.log", triton_live.STARTED) as (_pid, ports):
             url = f"127.0.0.1:{ports[0]}"
-            return measure(TRITON, url, name, args.concurrency, args.window_ms, work)
+            return measure(TRITON, url, name, args, work)
     except RuntimeError as error:  # it did not start: nothing was measured
         print(f"Triton: {error}", file=sys.stderr)
-        return [(TRITON, concurrency, None, None, None) for concurrency in args.concurrency]
+        return [
+            (TRITON, inputs, concurrency, None, None, None)
+            for concurrency in args.concurrency
+            for inputs in args.inputs
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton", type=Path, help="nvidia-pytriton's tritonserver folder")
     parser.add_argument(
         "--max-batch-size", type=int, help="every server's max_batch_size (default: the best)"
+    )
+    parser.add_argument(
+        "--inputs",
+        nargs="+",
+        choices=list(INPUTS),
+        default=list(INPUTS),
+        help="in the requests (wire) and/or through system shared memory (shm)",
     )
     args = parser.parse_args(argv)
     rows: list[Row] = []
@@ -217,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             log = work / f"{backend}.log"
             with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
                 url, model = f"127.0.0.1:{port}", model_name(backend)
-                rows += measure(backend, url, model, args.concurrency, args.window_ms, work)
+                rows += measure(backend, url, model, args, work)
             if backend == "onnxruntime" and args.triton is not None:
                 rows += run_triton(args.triton.resolve(), repos[backend], args, work)
             after = ceiling(backend, repos[backend], args.window_ms / 1000)
@@ -226,20 +251,19 @@ def main(argv: list[str] | None = None) -> int:
             if backend == "onnxruntime":  # Triton's rows: the same config and ceiling
                 ceilings[TRITON], served[TRITON] = ceilings[backend], served[backend]
     print(
-        "\n| backend | c | infer/s | p99 ms | max / avg batch | ceiling infer/s (batch) "
+        "\n| backend | inputs | c | infer/s | p99 ms | max / avg batch | ceiling infer/s (batch) "
         "| of ceiling |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for name, concurrency, rate, p99, batch in rows:
+    print("|---|---|---|---|---|---|---|---|")
+    for name, inputs, concurrency, rate, p99, batch in rows:
         best_batch, top = ceilings[name]
         ran = f"{served[name]} / " + ("" if batch is None else f"{batch:.1f}")
+        head = f"| {name} | {inputs} | {concurrency}"
         if rate is None or p99 is None:
-            print(f"| {name} | {concurrency} | failed | | {ran} | {top:.1f} ({best_batch}) | |")
+            print(f"{head} | failed | | {ran} | {top:.1f} ({best_batch}) | |")
             continue
-        print(
-            f"| {name} | {concurrency} | {rate:.1f} | {p99:.1f} | {ran} | {top:.1f} ({best_batch}) "
-            f"| {rate / top:.2f} |"
-        )
+        ceiling_cell = f"{top:.1f} ({best_batch})"
+        print(f"{head} | {rate:.1f} | {p99:.1f} | {ran} | {ceiling_cell} | {rate / top:.2f} |")
     return 0
 
 

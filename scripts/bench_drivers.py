@@ -144,21 +144,25 @@ def run_perf_analyzer(
     csv_path: Path,
     front_end: str,
     meter: CpuMeter | None = None,
+    shared_memory: bool = False,
 ) -> Run:
     """One closed-loop measurement, batch 1 per request, as issue 13 ran every gRPC system;
-    `front_end` is grpc (unary), stream (gRPC streaming) or http (binary tensors)."""
+    `front_end` is grpc (unary), stream (gRPC streaming) or http (binary tensors). With
+    `shared_memory`, inputs and outputs travel through system shared memory regions that
+    perf_analyzer registers, and requests carry only their location."""
     command = [
         str(PERF_ANALYZER),
         *("-m", model, "-u", url, "-f", str(csv_path), "-b", "1"),
         *("-i", "http" if front_end == "http" else "grpc"),
         *(["--streaming"] if front_end == "stream" else []),
+        *(["--shared-memory=system"] if shared_memory else []),
         f"--concurrency-range={concurrency}:{concurrency}",
         f"--measurement-interval={window_ms}",
         # Three windows, always accepted: the same work for every system on a shared machine.
         *("-r", str(TRIALS), "-s", "999"),
     ]
     timeout_s = 60 + 3 * TRIALS * window_ms / 1000
-    what = f"{model} {front_end} @{concurrency}"
+    what = f"{model} {front_end}{' shm' if shared_memory else ''} @{concurrency}"
 
     def measure() -> Measurement | None:
         try:
