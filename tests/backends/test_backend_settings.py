@@ -86,9 +86,10 @@ def test_openvino_instances_short_of_the_cores_leave_their_threads_unpinned() ->
     narrow = OpenVinoSettings.from_config(_config({"INFERENCE_NUM_THREADS": "2"}), cores=8)
     assert narrow.properties["ENABLE_CPU_PINNING"] == "NO"
     for every_core in ({"INFERENCE_NUM_THREADS": "8"}, {"INFERENCE_NUM_THREADS": "0"}):
-        assert "ENABLE_CPU_PINNING" not in OpenVinoSettings.from_config(
-            _config(every_core), cores=8
-        ).properties
+        assert (
+            "ENABLE_CPU_PINNING"
+            not in OpenVinoSettings.from_config(_config(every_core), cores=8).properties
+        )
     asked = OpenVinoSettings.from_config(_config({"ENABLE_CPU_PINNING": "yes"}, two), cores=2)
     assert asked.properties["ENABLE_CPU_PINNING"] == "YES"
 
