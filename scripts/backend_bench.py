@@ -16,10 +16,11 @@ since on a small machine the client and the wire take CPU from the framework.
 The models come from scripts/models.py (TorchScript traced from it, IR converted from it).
 
 With `--triton DIR` (the `pytriton/tritonserver` folder of nvidia-pytriton 0.7.0, as for
-scripts/bench.py), Triton 2.51 serves the ONNX model with the same config, through its Python
-backend over one default ONNX Runtime session (scripts/triton_live.py: the wheel has no ONNX
-Runtime backend), right after Convoy's runs and against the same ceiling: what the other server
-reaches of that ceiling on the same machine, with the same client.
+scripts/bench.py), Triton 2.51 serves each backend's model with the same config, through its
+Python backend over the framework at its default settings (scripts/triton_live.py: the wheel has
+no ONNX Runtime, PyTorch or OpenVINO backend), right after Convoy's runs and against the same
+ceiling: what the other server reaches of that ceiling on the same machine, with the same
+client.
 
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
        [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
@@ -47,7 +48,6 @@ from scripts import framework_models, models, triton_live
 from scripts.bench_drivers import measure_ceiling, run_perf_analyzer, server_process
 from scripts.bench_runs import CONVOY_LINE, average_batch, batch_counts
 
-TRITON = "triton (Python backend + ONNX Runtime)"  # its rows' name, measured against ORT's ceiling
 # server, inputs (INPUTS), concurrency, infer/s, p99 ms, average batch size the server ran
 Row = tuple[str, str, int, float | None, float | None, float | None]
 # How the inputs reach the server -> whether perf_analyzer places them in system shared memory.
@@ -69,6 +69,11 @@ BACKENDS = {
     "pytorch": ('platform: "pytorch_libtorch"', "model.pt", "INPUT__0", "OUTPUT__0"),
     "openvino": ('backend: "openvino"', "model.xml", "input", "output"),
 }
+
+
+def triton_name(backend: str) -> str:
+    """The name of Triton's rows for `backend`'s model, measured against the same ceiling."""
+    return f"triton (Python backend + {backend})"
 
 
 def model_name(backend: str) -> str:
@@ -185,22 +190,25 @@ def measure(name: str, url: str, model: str, args: argparse.Namespace, work: Pat
     return rows
 
 
-def run_triton(triton_dir: Path, repo: Path, args: argparse.Namespace, work: Path) -> list[Row]:
-    """Triton 2.51 live serving the ONNX model with Convoy's config (its Python backend)."""
-    root = work / "triton"
-    name = model_name("onnxruntime")
+def run_triton(
+    triton_dir: Path, backend: str, repo: Path, args: argparse.Namespace, work: Path
+) -> list[Row]:
+    """Triton 2.51 live serving `backend`'s model with Convoy's config (its Python backend)."""
+    root = work / f"triton_{backend}"
+    name, rows_name = model_name(backend), triton_name(backend)
     config = (repo / name / "config.pbtxt").read_text()
-    triton_live.write_model(root / "repository", name, config, repo / name / "1" / "model.onnx")
+    model_file = repo / name / "1" / BACKENDS[backend][1]
+    triton_live.write_model(root / "repository", name, config, model_file, backend)
     backends = triton_live.backend_directory(triton_dir, root)
     command = triton_live.command(triton_dir, root / "repository", backends)
     try:
         with server_process(command, root / "triton.log", triton_live.STARTED) as (_pid, ports):
             url = f"127.0.0.1:{ports[0]}"
-            return measure(TRITON, url, name, args, work)
+            return measure(rows_name, url, name, args, work)
     except RuntimeError as error:  # it did not start: nothing was measured
         print(f"Triton: {error}", file=sys.stderr)
         return [
-            (TRITON, inputs, concurrency, None, None, None)
+            (rows_name, inputs, concurrency, None, None, None)
             for concurrency in args.concurrency
             for inputs in args.inputs
         ]
@@ -243,13 +251,14 @@ def main(argv: list[str] | None = None) -> int:
             with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
                 url, model = f"127.0.0.1:{port}", model_name(backend)
                 rows += measure(backend, url, model, args, work)
-            if backend == "onnxruntime" and args.triton is not None:
-                rows += run_triton(args.triton.resolve(), repos[backend], args, work)
+            if args.triton is not None:
+                rows += run_triton(args.triton.resolve(), backend, repos[backend], args, work)
             after = ceiling(backend, repos[backend], args.window_ms / 1000)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
-            if backend == "onnxruntime":  # Triton's rows: the same config and ceiling
-                ceilings[TRITON], served[TRITON] = ceilings[backend], served[backend]
+            if args.triton is not None:  # Triton's rows: the same config and ceiling
+                ceilings[triton_name(backend)] = ceilings[backend]
+                served[triton_name(backend)] = served[backend]
     print(
         "\n| backend | inputs | c | infer/s | p99 ms | max / avg batch | ceiling infer/s (batch) "
         "| of ceiling |"

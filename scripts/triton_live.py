@@ -1,13 +1,16 @@
-"""Triton 2.51 live for scripts/bench.py --triton: the tritonserver binary that the nvidia-pytriton
-0.7.0 wheel carries, serving the benchmark's models through its Python backend.
+"""Triton 2.51 live for scripts/bench.py and scripts/backend_bench.py --triton: the tritonserver
+binary that the nvidia-pytriton 0.7.0 wheel carries, serving the benchmarks' models through its
+Python backend.
 
-The wheel holds no ONNX Runtime backend, so each model is a Python-backend model.py that runs
-one default `onnxruntime.InferenceSession(path)`: it concatenates the requests of the batch
-Triton's dynamic batcher hands it, runs once and splits the output. Its figures are therefore
-Triton's scheduler and front ends plus the Python backend's IPC, not Triton's ORT backend (which
-the figures quoted in issue 13 used). The stub imports NumPy and ONNX Runtime from the bench's
-own site-packages, so the bench's Python and the stub must be the same minor version (the wheel
-has stubs for 3.8 to 3.13, linked against the system's libpython3.X.so.1.0).
+The wheel holds no ONNX Runtime, PyTorch or OpenVINO backend, so each model is a Python-backend
+model.py that runs the framework with its default settings: one `onnxruntime.InferenceSession`,
+one `torch.jit.load` module under `torch.inference_mode()`, or one model compiled by OpenVINO for
+the CPU. It concatenates the requests of the batch Triton's dynamic batcher hands it, runs once
+and splits the output. Its figures are therefore Triton's scheduler and front ends plus the
+Python backend's IPC, not Triton's framework backends (which the figures quoted in issue 13
+used). The stub imports NumPy and the framework from the bench's own site-packages, so the
+bench's Python and the stub must be the same minor version (the wheel has stubs for 3.8 to 3.13,
+linked against the system's libpython3.X.so.1.0).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import sys
 sys.path[:0] = {site_packages!r}
 
 import numpy as np
-import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 
@@ -40,11 +42,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.input = config["input"][0]["name"]
         self.output = config["output"][0]["name"]
-        self.session = ort.InferenceSession({onnx_path!r})
-
+{load}
     def execute(self, requests):
         inputs = [pb_utils.get_input_tensor_by_name(r, self.input).as_numpy() for r in requests]
-        output = self.session.run(None, {{self.input: np.concatenate(inputs)}})[0]
+        output = self.run(np.concatenate(inputs))
         responses, start = [], 0
         for tensor in inputs:
             part = output[start : start + len(tensor)]
@@ -52,20 +53,48 @@ class TritonPythonModel:
             start += len(tensor)
         return responses
 """
+# framework -> initialize's last lines, which set `self.run(batch) -> output` on the model's file
+# ({path}), the framework at its default settings
+FRAMEWORKS = {
+    "onnxruntime": """\
+        import onnxruntime as ort
+        session = ort.InferenceSession({path!r})
+        self.run = lambda batch: session.run(None, {{self.input: batch}})[0]
+""",
+    "pytorch": """\
+        import torch
+        module = torch.jit.load({path!r})
+
+        def run(batch):
+            with torch.inference_mode():
+                return module(torch.from_numpy(batch)).numpy()
+
+        self.run = run
+""",
+    "openvino": """\
+        import openvino as ov
+        request = ov.Core().compile_model({path!r}, "CPU").create_infer_request()
+        self.run = lambda batch: request.infer({{0: batch}})[0].copy()
+""",
+}
 
 
 def python_config(config: str) -> str:
-    """A Convoy variant's config.pbtxt with the Python backend in place of ONNX Runtime."""
+    """A Convoy config.pbtxt with the Python backend in place of the one it names."""
     kept = [line for line in config.splitlines() if not line.startswith(("backend:", "platform:"))]
     return "\n".join([*kept, 'backend: "python"', ""])
 
 
-def write_model(repo: Path, name: str, config: str, onnx_path: Path) -> None:
-    """`repo/name/config.pbtxt` and `repo/name/1/model.py` running `onnx_path`."""
+def write_model(
+    repo: Path, name: str, config: str, model_path: Path, framework: str = "onnxruntime"
+) -> None:
+    """`repo/name/config.pbtxt` and `repo/name/1/model.py` running `model_path` with
+    `framework` (a key of FRAMEWORKS)."""
     version_dir = repo / name / "1"
     version_dir.mkdir(parents=True)
     (repo / name / "config.pbtxt").write_text(python_config(config), encoding="utf-8")
-    source = MODEL_PY.format(site_packages=site.getsitepackages(), onnx_path=str(onnx_path))
+    load = FRAMEWORKS[framework].format(path=str(model_path))
+    source = MODEL_PY.format(site_packages=site.getsitepackages(), load=load)
     (version_dir / "model.py").write_text(source, encoding="utf-8")
 
 

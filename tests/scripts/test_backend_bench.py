@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import text_format
 
 from proto import model_config_pb2 as mc
-from scripts import backend_bench
+from scripts import backend_bench, triton_live
 
 
 @pytest.mark.parametrize("backend", list(backend_bench.BACKENDS))
@@ -26,3 +26,21 @@ def test_each_backend_gets_the_batch_size_it_is_served_with(tmp_path: Path, back
         (1, mc.ModelInstanceGroup.KIND_CPU)
     ]
     assert (config.backend or config.platform) in {"onnxruntime", "pytorch_libtorch", "openvino"}
+
+
+@pytest.mark.parametrize("backend", list(backend_bench.BACKENDS))
+def test_triton_serves_each_backend_model_through_its_python_backend(
+    tmp_path: Path, backend: str
+) -> None:
+    model = tmp_path / "convoy" / backend_bench.model_name(backend)
+    model.mkdir(parents=True)
+    backend_bench.write_config(tmp_path / "convoy", backend, 8)
+    model_file = model / "1" / backend_bench.BACKENDS[backend][1]
+    config = (model / "config.pbtxt").read_text()
+    triton = tmp_path / "triton"
+    triton_live.write_model(triton, model.name, config, model_file, backend)
+    served = text_format.Parse((triton / model.name / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert (served.backend, served.platform, served.max_batch_size) == ("python", "", 8)
+    source = (triton / model.name / "1" / "model.py").read_text()
+    compile(source, "model.py", "exec")  # the framework's lines sit in initialize as written
+    assert repr(str(model_file)) in source
