@@ -18,9 +18,9 @@ The models come from scripts/models.py (TorchScript traced from it, IR converted
 With `--triton DIR` (the `pytriton/tritonserver` folder of nvidia-pytriton 0.7.0, as for
 scripts/bench.py), Triton 2.51 serves each backend's model with the same config, through its
 Python backend over the framework at its default settings (scripts/triton_live.py: the wheel has
-no ONNX Runtime, PyTorch or OpenVINO backend), right after Convoy's runs and against the same
-ceiling: what the other server reaches of that ceiling on the same machine, with the same
-client.
+no ONNX Runtime, PyTorch or OpenVINO backend), beside Convoy and against the same ceiling: what
+the other server reaches of that ceiling on the same machine, with the same client. Both servers
+are up together; at each step the two are measured back to back, taking turns to go first.
 
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
        [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
@@ -30,11 +30,12 @@ Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -159,43 +160,49 @@ def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
     return batch * runs / (time.perf_counter() - start_s)
 
 
-def measure(name: str, url: str, model: str, args: argparse.Namespace, work: Path) -> list[Row]:
-    """perf_analyzer over gRPC at each concurrency, each way of sending the inputs back to back,
-    after an unrecorded warm-up at the highest: TorchScript's profiling executor optimizes each
-    new batch shape on its first runs, which take seconds."""
-    warm_up = work / "warm-up.csv"
-    run_perf_analyzer(url, model, max(args.concurrency), 1000, warm_up, "grpc")
-    rows: list[Row] = []
-    with grpcclient.InferenceServerClient(url) as client:
-        for concurrency in args.concurrency:
-            for inputs in args.inputs:
-                csv = work / f"{model}_{inputs}_{concurrency}.csv"
-                before = batch_counts(client, model)
-                found = run_perf_analyzer(
-                    url,
-                    model,
-                    concurrency,
-                    args.window_ms,
-                    csv,
-                    "grpc",
-                    shared_memory=INPUTS[inputs],
-                ).measured
-                batch = average_batch(before, batch_counts(client, model))
-                if found is None:
-                    rows.append((name, inputs, concurrency, None, None, batch))
-                    continue
-                rows.append((name, inputs, concurrency, found.infer_per_s, found.p99_ms, batch))
-                rate = found.infer_per_s
-                print(f"  {name} {inputs} c={concurrency}: {rate:.1f} infer/s", flush=True)
-    return rows
-
-
-def run_triton(
-    triton_dir: Path, backend: str, repo: Path, args: argparse.Namespace, work: Path
+def measure(
+    servers: Sequence[tuple[str, str]], model: str, args: argparse.Namespace, work: Path
 ) -> list[Row]:
-    """Triton 2.51 live serving `backend`'s model with Convoy's config (its Python backend)."""
+    """perf_analyzer over gRPC against each (name, url) serving `model`, after an unrecorded
+    warm-up of each at the highest concurrency (TorchScript's profiling executor optimizes each
+    new batch shape on its first runs, which take seconds); then at each concurrency and each
+    way of sending the inputs, every server back to back, the first one taking turns: a shared
+    machine's speed drifts over minutes, and the server measured later would otherwise always
+    meet the later speed."""
+    for _name, url in servers:
+        run_perf_analyzer(url, model, max(args.concurrency), 1000, work / "warm-up.csv", "grpc")
+    rows: list[Row] = []
+    steps = [(c, inputs) for c in args.concurrency for inputs in args.inputs]
+    for step, (concurrency, inputs) in enumerate(steps):
+        turn = step % len(servers)
+        for name, url in [*servers[turn:], *servers[:turn]]:
+            rows.append(_measured(name, url, model, concurrency, inputs, args.window_ms, work))
+    order = {name: index for index, (name, _url) in enumerate(servers)}
+    return sorted(rows, key=lambda row: order[row[0]])  # stable: each server's rows in step order
+
+
+def _measured(
+    name: str, url: str, model: str, concurrency: int, inputs: str, window_ms: int, work: Path
+) -> Row:
+    csv = work / f"{model}_{inputs}_{concurrency}.csv"
+    with grpcclient.InferenceServerClient(url) as client:
+        before = batch_counts(client, model)
+        found = run_perf_analyzer(
+            url, model, concurrency, window_ms, csv, "grpc", shared_memory=INPUTS[inputs]
+        ).measured
+        batch = average_batch(before, batch_counts(client, model))
+    if found is None:
+        return (name, inputs, concurrency, None, None, batch)
+    print(f"  {name} {inputs} c={concurrency}: {found.infer_per_s:.1f} infer/s", flush=True)
+    return (name, inputs, concurrency, found.infer_per_s, found.p99_ms, batch)
+
+
+@contextlib.contextmanager
+def triton_server(triton_dir: Path, backend: str, repo: Path, work: Path) -> Iterator[str | None]:
+    """Triton 2.51 live serving `backend`'s model with Convoy's config (its Python backend):
+    its gRPC address, or None (and why, on stderr) where it did not start."""
     root = work / f"triton_{backend}"
-    name, rows_name = model_name(backend), triton_name(backend)
+    name = model_name(backend)
     config = (repo / name / "config.pbtxt").read_text()
     model_file = repo / name / "1" / BACKENDS[backend][1]
     triton_live.write_model(root / "repository", name, config, model_file, backend)
@@ -203,15 +210,11 @@ def run_triton(
     command = triton_live.command(triton_dir, root / "repository", backends)
     try:
         with server_process(command, root / "triton.log", triton_live.STARTED) as (_pid, ports):
-            url = f"127.0.0.1:{ports[0]}"
-            return measure(rows_name, url, name, args, work)
-    except RuntimeError as error:  # it did not start: nothing was measured
+            yield f"127.0.0.1:{ports[0]}"
+            return
+    except RuntimeError as error:  # it did not start: nothing is measured
         print(f"Triton: {error}", file=sys.stderr)
-        return [
-            (rows_name, inputs, concurrency, None, None, None)
-            for concurrency in args.concurrency
-            for inputs in args.inputs
-        ]
+    yield None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,11 +251,23 @@ def main(argv: list[str] | None = None) -> int:
             command += [str(repos[backend]), "--host", "127.0.0.1", "--grpc-port", "0"]
             command += ["--metrics-port", "0", "--http-port", "0"]
             log = work / f"{backend}.log"
-            with server_process(command, log, CONVOY_LINE) as (_pid, (port, _http)):
-                url, model = f"127.0.0.1:{port}", model_name(backend)
-                rows += measure(backend, url, model, args, work)
-            if args.triton is not None:
-                rows += run_triton(args.triton.resolve(), backend, repos[backend], args, work)
+            with contextlib.ExitStack() as servers:
+                _pid, (port, _http) = servers.enter_context(
+                    server_process(command, log, CONVOY_LINE)
+                )
+                urls = {backend: f"127.0.0.1:{port}"}
+                if args.triton is not None:
+                    triton = triton_server(args.triton.resolve(), backend, repos[backend], work)
+                    urls[triton_name(backend)] = servers.enter_context(triton)
+                up = [(name, url) for name, url in urls.items() if url is not None]
+                rows += measure(up, model_name(backend), args, work)
+                rows += [
+                    (name, inputs, concurrency, None, None, None)
+                    for name, url in urls.items()
+                    if url is None
+                    for concurrency in args.concurrency
+                    for inputs in args.inputs
+                ]
             after = ceiling(backend, repos[backend], args.window_ms / 1000)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
