@@ -166,19 +166,35 @@ def measure(
     """perf_analyzer over gRPC against each (name, url) serving `model`, after an unrecorded
     warm-up of each at the highest concurrency (TorchScript's profiling executor optimizes each
     new batch shape on its first runs, which take seconds); then at each concurrency and each
-    way of sending the inputs, every server back to back, the first one taking turns: a shared
-    machine's speed drifts over minutes, and the server measured later would otherwise always
-    meet the later speed."""
+    way of sending the inputs. Two servers are measured twice at each step, in the order A B B A,
+    and each row is the mean of its two: a shared machine's speed drifts over minutes, and the
+    server measured later would otherwise meet the later speed."""
     for _name, url in servers:
         run_perf_analyzer(url, model, max(args.concurrency), 1000, work / "warm-up.csv", "grpc")
     rows: list[Row] = []
-    steps = [(c, inputs) for c in args.concurrency for inputs in args.inputs]
-    for step, (concurrency, inputs) in enumerate(steps):
-        turn = step % len(servers)
-        for name, url in [*servers[turn:], *servers[:turn]]:
-            rows.append(_measured(name, url, model, concurrency, inputs, args.window_ms, work))
-    order = {name: index for index, (name, _url) in enumerate(servers)}
-    return sorted(rows, key=lambda row: order[row[0]])  # stable: each server's rows in step order
+    order = [*servers, *reversed(servers)] if len(servers) > 1 else list(servers)
+    for concurrency in args.concurrency:
+        for inputs in args.inputs:
+            found: dict[str, list[Row]] = {}
+            for name, url in order:
+                row = _measured(name, url, model, concurrency, inputs, args.window_ms, work)
+                found.setdefault(name, []).append(row)
+            rows += [mean_row(found[name]) for name, _url in servers]
+    names = [name for name, _url in servers]
+    return sorted(rows, key=lambda row: names.index(row[0]))  # stable: each one's steps in order
+
+
+def mean_row(rows: Sequence[Row]) -> Row:
+    """One server's measurements of one step as one row: each figure the mean of those that
+    were measured (None where none was)."""
+
+    def mean(values: list[float | None]) -> float | None:
+        measured = [value for value in values if value is not None]
+        return sum(measured) / len(measured) if measured else None
+
+    name, inputs, concurrency = rows[0][:3]
+    rate, p99, batch = (mean([row[index] for row in rows]) for index in (3, 4, 5))
+    return (name, inputs, concurrency, rate, p99, batch)
 
 
 def _measured(

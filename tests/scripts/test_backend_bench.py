@@ -44,3 +44,11 @@ def test_triton_serves_each_backend_model_through_its_python_backend(
     source = (triton / model.name / "1" / "model.py").read_text()
     compile(source, "model.py", "exec")  # the framework's lines sit in initialize as written
     assert repr(str(model_file)) in source
+
+
+def test_a_server_measured_twice_at_a_step_has_the_mean_of_what_was_measured() -> None:
+    rows = [("convoy", "wire", 32, 40.0, 900.0, 7.5), ("convoy", "wire", 32, 50.0, 700.0, 8.0)]
+    assert backend_bench.mean_row(rows) == ("convoy", "wire", 32, 45.0, 800.0, 7.75)
+    failed = [("convoy", "shm", 8, None, None, None), ("convoy", "shm", 8, 30.0, 200.0, 4.0)]
+    assert backend_bench.mean_row(failed) == ("convoy", "shm", 8, 30.0, 200.0, 4.0)
+    assert backend_bench.mean_row(failed[:1]) == ("convoy", "shm", 8, None, None, None)
