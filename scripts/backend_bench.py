@@ -20,7 +20,8 @@ scripts/bench.py), Triton 2.51 serves each backend's model with the same config,
 Python backend over the framework at its default settings (scripts/triton_live.py: the wheel has
 no ONNX Runtime, PyTorch or OpenVINO backend), beside Convoy and against the same ceiling: what
 the other server reaches of that ceiling on the same machine, with the same client. Both servers
-are up together; at each step the two are measured back to back, taking turns to go first.
+are up together; each step is measured in the order Convoy, Triton, Triton, Convoy, and each
+row is the mean of its server's two measurements.
 
 Usage: python scripts/backend_bench.py [--window-ms 2000] [--concurrency 1 8 32]
        [--backends onnxruntime pytorch openvino]   (needs the pytorch and openvino extras)
