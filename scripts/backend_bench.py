@@ -162,16 +162,19 @@ def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
 
 
 def measure(
-    servers: Sequence[tuple[str, str]], model: str, args: argparse.Namespace, work: Path
+    servers: Sequence[tuple[str, str | None]], model: str, args: argparse.Namespace, work: Path
 ) -> list[Row]:
-    """perf_analyzer over gRPC against each (name, url) serving `model`, after an unrecorded
-    warm-up of each at the highest concurrency (TorchScript's profiling executor optimizes each
-    new batch shape on its first runs, which take seconds); then at each concurrency and each
-    way of sending the inputs. Two servers are measured twice at each step, in the order A B B A,
-    and each row is the mean of its two: a shared machine's speed drifts over minutes, and the
-    server measured later would otherwise meet the later speed."""
+    """perf_analyzer over gRPC against each (name, url) serving `model` (no url: a server that
+    did not start, its rows empty), after an unrecorded warm-up of each at the highest
+    concurrency (TorchScript's profiling executor optimizes each new batch shape on its first
+    runs, which take seconds); then at each concurrency and each way of sending the inputs.
+    Two servers are measured twice at each step, in the order A B B A, and each row is the mean
+    of its two: a shared machine's speed drifts over minutes, and the server measured later
+    would otherwise meet the later speed."""
     for _name, url in servers:
-        run_perf_analyzer(url, model, max(args.concurrency), 1000, work / "warm-up.csv", "grpc")
+        if url is not None:
+            warm_up = work / "warm-up.csv"
+            run_perf_analyzer(url, model, max(args.concurrency), 1000, warm_up, "grpc")
     rows: list[Row] = []
     order = [*servers, *reversed(servers)] if len(servers) > 1 else list(servers)
     for concurrency in args.concurrency:
@@ -199,8 +202,16 @@ def mean_row(rows: Sequence[Row]) -> Row:
 
 
 def _measured(
-    name: str, url: str, model: str, concurrency: int, inputs: str, window_ms: int, work: Path
+    name: str,
+    url: str | None,
+    model: str,
+    concurrency: int,
+    inputs: str,
+    window_ms: int,
+    work: Path,
 ) -> Row:
+    if url is None:
+        return (name, inputs, concurrency, None, None, None)
     csv = work / f"{model}_{inputs}_{concurrency}.csv"
     with grpcclient.InferenceServerClient(url) as client:
         before = batch_counts(client, model)
@@ -272,19 +283,11 @@ def main(argv: list[str] | None = None) -> int:
                 _pid, (port, _http) = servers.enter_context(
                     server_process(command, log, CONVOY_LINE)
                 )
-                urls = {backend: f"127.0.0.1:{port}"}
+                urls: dict[str, str | None] = {backend: f"127.0.0.1:{port}"}
                 if args.triton is not None:
                     triton = triton_server(args.triton.resolve(), backend, repos[backend], work)
                     urls[triton_name(backend)] = servers.enter_context(triton)
-                up = [(name, url) for name, url in urls.items() if url is not None]
-                rows += measure(up, model_name(backend), args, work)
-                rows += [
-                    (name, inputs, concurrency, None, None, None)
-                    for name, url in urls.items()
-                    if url is None
-                    for concurrency in args.concurrency
-                    for inputs in args.inputs
-                ]
+                rows += measure(list(urls.items()), model_name(backend), args, work)
             after = ceiling(backend, repos[backend], args.window_ms / 1000)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
