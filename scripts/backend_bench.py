@@ -4,7 +4,10 @@ against its own framework's in-process ceiling: infer/s and p99 at each concurre
 The ceiling is the framework alone in this process with its default settings, one thread
 calling it back to back, at its best batch size of 1, 8, 16 and 32, measured before and again
 after the server's runs: the higher of the two counts (a shared machine's load moves a ceiling
-between runs, and the lower one would flatter the server).
+between runs, and the lower one would flatter the server). Since the machine's speed drifts
+within the minutes a run takes, each step (a concurrency and a way of sending the inputs) also
+has a ceiling of its own: the framework at that best batch size, measured just before and just
+after the step's servers, the mean of the two; each row gives its share of both.
 Every backend gets the same config but for one number: max_batch_size is the batch size its
 framework ran fastest at in the first ceiling measurement, as a Triton user tunes a model
 (`--max-batch-size N` gives every backend N instead); dynamic batching with a 2 ms delay, one
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import sys
 import tempfile
@@ -52,6 +56,7 @@ from scripts.bench_runs import CONVOY_LINE, average_batch, batch_counts
 
 # server, inputs (INPUTS), concurrency, infer/s, p99 ms, average batch size the server ran
 Row = tuple[str, str, int, float | None, float | None, float | None]
+Step = tuple[str, int]  # inputs, concurrency
 # How the inputs reach the server -> whether perf_analyzer places them in system shared memory.
 INPUTS = {"wire": False, "shm": True}
 
@@ -121,17 +126,20 @@ def write_config(repo: Path, backend: str, max_batch_size: int) -> None:
 def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
     """The framework's best (batch size, infer/s) in this process, default settings; prints
     the rate of every batch size (a served batch of another size runs at that size's rate)."""
-    model = repo / model_name(backend) / "1" / BACKENDS[backend][1]
-    if backend == "onnxruntime":
-        rates = measure_ceiling(model, BATCH_SIZES, window_s)
-    else:
-        rates = {
-            batch: _rate(_runner(backend, model, batch), batch, window_s) for batch in BATCH_SIZES
-        }
+    rates = {batch: framework_rate(backend, repo, batch, window_s) for batch in BATCH_SIZES}
     by_batch = ", ".join(f"batch {batch}: {rate:.1f}" for batch, rate in rates.items())
     print(f"{backend} alone, infer/s by batch size: {by_batch}", flush=True)
     best = max(rates, key=lambda batch: rates[batch])
     return best, rates[best]
+
+
+def framework_rate(backend: str, repo: Path, batch: int, window_s: float) -> float:
+    """Infer/s of `backend`'s framework alone in this process with its default settings, one
+    thread calling it back to back with batches of `batch`."""
+    model = repo / model_name(backend) / "1" / BACKENDS[backend][1]
+    if backend == "onnxruntime":
+        return measure_ceiling(model, (batch,), window_s)[batch]
+    return _rate(_runner(backend, model, batch), batch, window_s)
 
 
 def _runner(backend: str, model: Path, batch: int) -> Callable[[], object]:
@@ -162,30 +170,40 @@ def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
 
 
 def measure(
-    servers: Sequence[tuple[str, str | None]], model: str, args: argparse.Namespace, work: Path
-) -> list[Row]:
+    servers: Sequence[tuple[str, str | None]],
+    model: str,
+    args: argparse.Namespace,
+    work: Path,
+    ceiling_now: Callable[[], float],
+) -> tuple[list[Row], dict[Step, float]]:
     """perf_analyzer over gRPC against each (name, url) serving `model` (no url: a server that
     did not start, its rows empty), after an unrecorded warm-up of each at the highest
     concurrency (TorchScript's profiling executor optimizes each new batch shape on its first
     runs, which take seconds); then at each concurrency and each way of sending the inputs.
     Two servers are measured twice at each step, in the order A B B A, and each row is the mean
     of its two: a shared machine's speed drifts over minutes, and the server measured later
-    would otherwise meet the later speed."""
+    would otherwise meet the later speed. For the same reason `ceiling_now` (the framework
+    alone at its best batch size) is measured just before and just after each step's servers:
+    each step's ceiling is the mean of the two."""
     for _name, url in servers:
         if url is not None:
             warm_up = work / "warm-up.csv"
             run_perf_analyzer(url, model, max(args.concurrency), 1000, warm_up, "grpc")
     rows: list[Row] = []
+    step_ceilings: dict[Step, float] = {}
     order = [*servers, *reversed(servers)] if len(servers) > 1 else list(servers)
     for concurrency in args.concurrency:
         for inputs in args.inputs:
+            before = ceiling_now()
             found: dict[str, list[Row]] = {}
             for name, url in order:
                 row = _measured(name, url, model, concurrency, inputs, args.window_ms, work)
                 found.setdefault(name, []).append(row)
+            step_ceilings[inputs, concurrency] = (before + ceiling_now()) / 2
             rows += [mean_row(found[name]) for name, _url in servers]
     names = [name for name, _url in servers]
-    return sorted(rows, key=lambda row: names.index(row[0]))  # stable: each one's steps in order
+    ordered = sorted(rows, key=lambda row: names.index(row[0]))  # stable: each one's steps in order
+    return ordered, step_ceilings
 
 
 def mean_row(rows: Sequence[Row]) -> Row:
@@ -264,19 +282,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows: list[Row] = []
     ceilings: dict[str, tuple[int, float]] = {}
+    step_ceilings: dict[tuple[str, Step], float] = {}  # (server, step) -> the step's ceiling
     served: dict[str, int] = {}  # server -> its max_batch_size
+    window_s = args.window_ms / 1000
     with tempfile.TemporaryDirectory(prefix="backend_bench_") as scratch:
         work = Path(scratch)
         repos = write_models(work, args.backends)
         for backend in args.backends:
-            best_batch, top = ceiling(backend, repos[backend], args.window_ms / 1000)
+            repo = repos[backend]
+            best_batch, top = ceiling(backend, repo, window_s)
             print(f"{backend}: ceiling {top:.1f} infer/s at batch {best_batch}", flush=True)
             ceilings[backend] = best_batch, top
             served[backend] = args.max_batch_size or best_batch
             print(f"{backend}: served with max_batch_size {served[backend]}", flush=True)
-            write_config(repos[backend], backend, served[backend])
+            write_config(repo, backend, served[backend])
             command = [sys.executable, "-m", "server", "serve", "--model-repository"]
-            command += [str(repos[backend]), "--host", "127.0.0.1", "--grpc-port", "0"]
+            command += [str(repo), "--host", "127.0.0.1", "--grpc-port", "0"]
             command += ["--metrics-port", "0", "--http-port", "0"]
             log = work / f"{backend}.log"
             with contextlib.ExitStack() as servers:
@@ -285,29 +306,40 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 urls: dict[str, str | None] = {backend: f"127.0.0.1:{port}"}
                 if args.triton is not None:
-                    triton = triton_server(args.triton.resolve(), backend, repos[backend], work)
+                    triton = triton_server(args.triton.resolve(), backend, repo, work)
                     urls[triton_name(backend)] = servers.enter_context(triton)
-                rows += measure(list(urls.items()), model_name(backend), args, work)
-            after = ceiling(backend, repos[backend], args.window_ms / 1000)
+                found, at_steps = measure(
+                    list(urls.items()),
+                    model_name(backend),
+                    args,
+                    work,
+                    functools.partial(framework_rate, backend, repo, best_batch, window_s),
+                )
+                rows += found
+            after = ceiling(backend, repo, window_s)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
-            if args.triton is not None:  # Triton's rows: the same config and ceiling
-                ceilings[triton_name(backend)] = ceilings[backend]
-                served[triton_name(backend)] = served[backend]
+            names = [backend] + ([triton_name(backend)] if args.triton is not None else [])
+            for name in names:  # Triton's rows: the same config and ceilings
+                ceilings[name] = ceilings[backend]
+                served[name] = served[backend]
+                step_ceilings.update({(name, step): rate for step, rate in at_steps.items()})
     print(
         "\n| backend | inputs | c | infer/s | p99 ms | max / avg batch | ceiling infer/s (batch) "
-        "| of ceiling |"
+        "| of ceiling | step's ceiling | of it |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, inputs, concurrency, rate, p99, batch in rows:
         best_batch, top = ceilings[name]
+        at_step = step_ceilings[name, (inputs, concurrency)]
         ran = f"{served[name]} / " + ("" if batch is None else f"{batch:.1f}")
         head = f"| {name} | {inputs} | {concurrency}"
+        ceiling_cells = f"{top:.1f} ({best_batch})"
         if rate is None or p99 is None:
-            print(f"{head} | failed | | {ran} | {top:.1f} ({best_batch}) | |")
+            print(f"{head} | failed | | {ran} | {ceiling_cells} | | {at_step:.1f} | |")
             continue
-        ceiling_cell = f"{top:.1f} ({best_batch})"
-        print(f"{head} | {rate:.1f} | {p99:.1f} | {ran} | {ceiling_cell} | {rate / top:.2f} |")
+        ratios = f"{rate / top:.2f} | {at_step:.1f} | {rate / at_step:.2f}"
+        print(f"{head} | {rate:.1f} | {p99:.1f} | {ran} | {ceiling_cells} | {ratios} |")
     return 0
 
 

@@ -1,6 +1,7 @@
 """scripts/backend_bench.py's configs: one per backend, alike but for the backend and the
 max_batch_size each server is given, and each one a config the server reads."""
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,17 @@ def test_a_server_measured_twice_at_a_step_has_the_mean_of_what_was_measured() -
     failed = [("convoy", "shm", 8, None, None, None), ("convoy", "shm", 8, 30.0, 200.0, 4.0)]
     assert backend_bench.mean_row(failed) == ("convoy", "shm", 8, 30.0, 200.0, 4.0)
     assert backend_bench.mean_row(failed[:1]) == ("convoy", "shm", 8, None, None, None)
+
+
+def test_each_step_has_the_mean_of_the_ceilings_measured_around_it(tmp_path: Path) -> None:
+    rates = iter([50.0, 60.0, 40.0, 44.0])  # the framework alone: before and after each step
+    args = argparse.Namespace(concurrency=[8], inputs=["wire", "shm"], window_ms=100)
+    servers: list[tuple[str, str | None]] = [("convoy", None), ("triton", None)]  # not started
+    rows, steps = backend_bench.measure(servers, "m", args, tmp_path, lambda: next(rates))
+    assert steps == {("wire", 8): 55.0, ("shm", 8): 42.0}
+    assert [row[:3] for row in rows] == [
+        ("convoy", "wire", 8),
+        ("convoy", "shm", 8),
+        ("triton", "wire", 8),
+        ("triton", "shm", 8),
+    ]
