@@ -6,8 +6,8 @@ calling it back to back, at its best batch size of 1, 8, 16 and 32, measured bef
 after the server's runs: the higher of the two counts (a shared machine's load moves a ceiling
 between runs, and the lower one would flatter the server). Since the machine's speed drifts
 within the minutes a run takes, each step (a concurrency and a way of sending the inputs) also
-has a ceiling of its own: the framework at that best batch size, measured just before and just
-after the step's servers, the mean of the two; each row gives its share of both.
+has a ceiling of its own: the framework at its best batch size, measured the same way just
+before and just after the step's servers, the mean of the two; each row gives its share of both.
 Every backend gets the same config but for one number: max_batch_size is the batch size its
 framework ran fastest at in the first ceiling measurement, as a Triton user tunes a model
 (`--max-batch-size N` gives every backend N instead); dynamic batching with a 2 ms delay, one
@@ -174,7 +174,7 @@ def measure(
     model: str,
     args: argparse.Namespace,
     work: Path,
-    ceiling_now: Callable[[], float],
+    ceiling_now: Callable[[], tuple[int, float]],
 ) -> tuple[list[Row], dict[Step, float]]:
     """perf_analyzer over gRPC against each (name, url) serving `model` (no url: a server that
     did not start, its rows empty), after an unrecorded warm-up of each at the highest
@@ -183,8 +183,8 @@ def measure(
     Two servers are measured twice at each step, in the order A B B A, and each row is the mean
     of its two: a shared machine's speed drifts over minutes, and the server measured later
     would otherwise meet the later speed. For the same reason `ceiling_now` (the framework
-    alone at its best batch size) is measured just before and just after each step's servers:
-    each step's ceiling is the mean of the two."""
+    alone: its best batch size and rate) is measured just before and just after each step's
+    servers: each step's ceiling is the mean of the two rates."""
     for _name, url in servers:
         if url is not None:
             warm_up = work / "warm-up.csv"
@@ -194,12 +194,12 @@ def measure(
     order = [*servers, *reversed(servers)] if len(servers) > 1 else list(servers)
     for concurrency in args.concurrency:
         for inputs in args.inputs:
-            before = ceiling_now()
+            _batch, before = ceiling_now()
             found: dict[str, list[Row]] = {}
             for name, url in order:
                 row = _measured(name, url, model, concurrency, inputs, args.window_ms, work)
                 found.setdefault(name, []).append(row)
-            step_ceilings[inputs, concurrency] = (before + ceiling_now()) / 2
+            step_ceilings[inputs, concurrency] = (before + ceiling_now()[1]) / 2
             rows += [mean_row(found[name]) for name, _url in servers]
     names = [name for name, _url in servers]
     ordered = sorted(rows, key=lambda row: names.index(row[0]))  # stable: each one's steps in order
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                     model_name(backend),
                     args,
                     work,
-                    functools.partial(framework_rate, backend, repo, best_batch, window_s),
+                    functools.partial(ceiling, backend, repo, window_s),
                 )
                 rows += found
             after = ceiling(backend, repo, window_s)

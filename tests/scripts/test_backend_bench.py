@@ -59,7 +59,7 @@ def test_each_step_has_the_mean_of_the_ceilings_measured_around_it(tmp_path: Pat
     rates = iter([50.0, 60.0, 40.0, 44.0])  # the framework alone: before and after each step
     args = argparse.Namespace(concurrency=[8], inputs=["wire", "shm"], window_ms=100)
     servers: list[tuple[str, str | None]] = [("convoy", None), ("triton", None)]  # not started
-    rows, steps = backend_bench.measure(servers, "m", args, tmp_path, lambda: next(rates))
+    rows, steps = backend_bench.measure(servers, "m", args, tmp_path, lambda: (8, next(rates)))
     assert steps == {("wire", 8): 55.0, ("shm", 8): 42.0}
     assert [row[:3] for row in rows] == [
         ("convoy", "wire", 8),
