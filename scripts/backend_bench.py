@@ -308,14 +308,14 @@ def main(argv: list[str] | None = None) -> int:
                 if args.triton is not None:
                     triton = triton_server(args.triton.resolve(), backend, repo, work)
                     urls[triton_name(backend)] = servers.enter_context(triton)
-                found, at_steps = measure(
+                measured, at_steps = measure(
                     list(urls.items()),
                     model_name(backend),
                     args,
                     work,
                     functools.partial(ceiling, backend, repo, window_s),
                 )
-                rows += found
+                rows += measured
             after = ceiling(backend, repo, window_s)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
