@@ -48,15 +48,17 @@ if __package__ in (None, ""):
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 
 from scripts import framework_models, models, triton_live
-from scripts.bench_drivers import measure_ceiling, run_perf_analyzer, server_process
+from scripts.bench_drivers import run_perf_analyzer, server_process
 from scripts.bench_runs import CONVOY_LINE, average_batch, batch_counts
 
 # server, inputs (INPUTS), concurrency, infer/s, p99 ms, average batch size the server ran
 Row = tuple[str, str, int, float | None, float | None, float | None]
 Step = tuple[str, int]  # inputs, concurrency
+Runner = Callable[[np.ndarray], object]  # the framework in this process: one batch in, run
 # How the inputs reach the server -> whether perf_analyzer places them in system shared memory.
 INPUTS = {"wire": False, "shm": True}
 
@@ -123,48 +125,47 @@ def write_config(repo: Path, backend: str, max_batch_size: int) -> None:
     (repo / name / "config.pbtxt").write_text(config)
 
 
-def ceiling(backend: str, repo: Path, window_s: float) -> tuple[int, float]:
-    """The framework's best (batch size, infer/s) in this process, default settings; prints
-    the rate of every batch size (a served batch of another size runs at that size's rate)."""
-    rates = {batch: framework_rate(backend, repo, batch, window_s) for batch in BATCH_SIZES}
+def ceiling(backend: str, run: Runner, window_s: float) -> tuple[int, float]:
+    """The framework's best (batch size, infer/s) in this process, default settings, `run`
+    being `framework`'s; prints the rate of every batch size (a served batch of another size
+    runs at that size's rate)."""
+    rates = {batch: _rate(run, batch, window_s) for batch in BATCH_SIZES}
     by_batch = ", ".join(f"batch {batch}: {rate:.1f}" for batch, rate in rates.items())
     print(f"{backend} alone, infer/s by batch size: {by_batch}", flush=True)
     best = max(rates, key=lambda batch: rates[batch])
     return best, rates[best]
 
 
-def framework_rate(backend: str, repo: Path, batch: int, window_s: float) -> float:
-    """Infer/s of `backend`'s framework alone in this process with its default settings, one
-    thread calling it back to back with batches of `batch`."""
-    model = repo / model_name(backend) / "1" / BACKENDS[backend][1]
+def framework(backend: str, repo: Path) -> Runner:
+    """`backend`'s framework in this process with its default settings, the served model
+    loaded once for every ceiling measured: a call runs one batch."""
+    model = str(repo / model_name(backend) / "1" / BACKENDS[backend][1])
     if backend == "onnxruntime":
-        return measure_ceiling(model, (batch,), window_s)[batch]
-    return _rate(_runner(backend, model, batch), batch, window_s)
-
-
-def _runner(backend: str, model: Path, batch: int) -> Callable[[], object]:
-    x = np.random.default_rng(0).random((batch, 3, 224, 224), dtype=np.float32)
+        session = ort.InferenceSession(model)
+        name = session.get_inputs()[0].name
+        return lambda batch: session.run(None, {name: batch})
     if backend == "pytorch":
         torch = importlib.import_module("torch")
-        module = torch.jit.load(str(model))
-        tensor = torch.from_numpy(x)
+        module = torch.jit.load(model)
 
-        def run_torch() -> object:
+        def run_torch(batch: np.ndarray) -> object:
             with torch.inference_mode():
-                return module(tensor)
+                return module(torch.from_numpy(batch))
 
         return run_torch
     ov = importlib.import_module("openvino")
-    request = ov.Core().compile_model(str(model), "CPU").create_infer_request()
-    return lambda: request.infer({0: x})
+    request = ov.Core().compile_model(model, "CPU").create_infer_request()
+    return lambda batch: request.infer({0: batch})
 
 
-def _rate(run: Callable[[], object], batch: int, window_s: float) -> float:
-    run()
-    run()  # TorchScript's profiling executor optimizes on the first runs
+def _rate(run: Runner, batch: int, window_s: float) -> float:
+    """Infer/s of `run` called back to back by one thread with batches of `batch`."""
+    x = np.random.default_rng(0).random((batch, 3, 224, 224), dtype=np.float32)
+    run(x)
+    run(x)  # TorchScript's profiling executor optimizes on the first runs
     runs, start_s = 0, time.perf_counter()
     while time.perf_counter() - start_s < window_s:
-        run()
+        run(x)
         runs += 1
     return batch * runs / (time.perf_counter() - start_s)
 
@@ -290,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         repos = write_models(work, args.backends)
         for backend in args.backends:
             repo = repos[backend]
-            best_batch, top = ceiling(backend, repo, window_s)
+            run = framework(backend, repo)
+            best_batch, top = ceiling(backend, run, window_s)
             print(f"{backend}: ceiling {top:.1f} infer/s at batch {best_batch}", flush=True)
             ceilings[backend] = best_batch, top
             served[backend] = args.max_batch_size or best_batch
@@ -313,10 +315,10 @@ def main(argv: list[str] | None = None) -> int:
                     model_name(backend),
                     args,
                     work,
-                    functools.partial(ceiling, backend, repo, window_s),
+                    functools.partial(ceiling, backend, run, window_s),
                 )
                 rows += measured
-            after = ceiling(backend, repo, window_s)
+            after = ceiling(backend, run, window_s)
             print(f"{backend}: ceiling after {after[1]:.1f} infer/s, batch {after[0]}", flush=True)
             ceilings[backend] = max(ceilings[backend], after, key=lambda found: found[1])
             names = [backend] + ([triton_name(backend)] if args.triton is not None else [])
