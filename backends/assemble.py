@@ -31,6 +31,16 @@ def concat_inputs(
     return {name: xp.concatenate([r[name] for r in requests], axis=0) for name in names}
 
 
+def request_rows(requests: Sequence[TensorMap]) -> list[int]:
+    """Each request's rows along the batch axis (its first input's first dimension; 1 for a
+    request without inputs or of scalars)."""
+    rows = []
+    for request in requests:
+        first = next(iter(request.values()), None)
+        rows.append(len(first) if first is not None and first.ndim else 1)
+    return rows
+
+
 def split_outputs(
     outputs: Mapping[str, npt.NDArray[Any]], batch_sizes: Sequence[int]
 ) -> list[dict[str, npt.NDArray[Any]]]:

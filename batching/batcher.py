@@ -139,6 +139,12 @@ class Batcher:
             future=asyncio.get_running_loop().create_future(),
             device_outputs=device_outputs,
         )
+        if not self._policy.dynamic and self._idle and self._gate is None and not len(self._queue):
+            # Without dynamic batching every request runs alone: with nothing queued before it
+            # and an instance free, it runs in the caller's task, without a trip through the
+            # batcher's loop and a task of its own. (A dynamic batcher gathers the requests
+            # that arrive together even without a delay, so its requests always queue.)
+            return await self._run_alone(request)
         self._queue.push(request)  # raises QueueFullError at once when the level is full
         self._wake.set()
         with self._in_flight.counted():
@@ -148,6 +154,13 @@ class Batcher:
             except asyncio.CancelledError:
                 self._queue.discard(request)  # a no-op once executing: the result is dropped
                 raise
+
+    async def _run_alone(self, request: Queued) -> RequestResult:
+        request.active = False  # never queued: nothing to discard if the caller goes away
+        with self._in_flight.counted():
+            await self._execute(self._idle.popleft(), [request], *self._ordering())
+        result: RequestResult = request.future.result()  # raises the request's error
+        return result
 
     async def stop(self, timeout_s: float) -> None:
         """Refuse new requests, let accepted ones finish (bounded), then stop the loop."""
@@ -217,14 +230,19 @@ class Batcher:
         return None
 
     def _dispatch(self, batch: list[Queued], executor: Executor) -> None:
-        previous = self._last_release
-        release: asyncio.Future[None] | None = None
-        if self._policy.preserve_ordering:
-            release = asyncio.get_running_loop().create_future()
-            self._last_release = release
-        task = asyncio.create_task(self._execute(executor, batch, previous, release))
+        task = asyncio.create_task(self._execute(executor, batch, *self._ordering()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _ordering(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None] | None]:
+        """preserve_ordering: the release of the batch dispatched before this one, and this
+        one's (None, None without it)."""
+        if not self._policy.preserve_ordering:
+            return None, None
+        previous = self._last_release
+        release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last_release = release
+        return previous, release
 
     async def _execute(
         self,
@@ -293,7 +311,8 @@ class Batcher:
                 self._retiring.pop(0).set_result(executor)
             else:
                 self._idle.append(executor)
-            self._wake.set()
+            if len(self._queue) or self._gate is not None:  # else nothing waits for it
+                self._wake.set()
 
     def _report(self, record: ExecutionRecord) -> None:
         if self._observer is not None:

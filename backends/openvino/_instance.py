@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from backends.assemble import concat_inputs, split_outputs
+from backends.assemble import concat_inputs, request_rows, split_outputs
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap, TensorSignature
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
 from backends.openvino._settings import OpenVinoSettings
 from proto import model_config_pb2 as mc
@@ -82,7 +83,7 @@ class OpenVinoInstance:
         self._output_names = [t.name for t in signature.outputs]
         self._fixed_batch = fixed_batch  # > 0: compiled for exactly this batch size
         self._batch_padding = batch_padding  # a smaller batch is padded up to the fixed one
-        self._worker = InstanceThread(name)
+        self._worker = InstanceThread(name, InlineRule())
 
     @classmethod
     def load(cls, name: str, model_file: Path, config: mc.ModelConfig) -> OpenVinoInstance:
@@ -132,26 +133,27 @@ class OpenVinoInstance:
         device_outputs: bool = False,
     ) -> ExecutionResult:
         # OpenVINO models take no request parameters and compute on the CPU.
-        return await self._worker.run(self._run, requests)
+        rows = request_rows(requests)
+        return await self._worker.run(self._run, requests, rows, size=sum(rows))
 
     def close(self) -> None:
         self._worker.close()
         self._request = None
         self._compiled = None
 
-    def _run(self, requests: Sequence[TensorMap]) -> ExecutionResult:
+    def _run(self, requests: Sequence[TensorMap], rows: Sequence[int]) -> ExecutionResult:
         try:
             start_ns = time.monotonic_ns()
             inputs = concat_inputs([host_tensors(request) for request in requests])
-            rows = len(next(iter(inputs.values())))
-            if self._fixed_batch and rows != self._fixed_batch:
-                inputs = self._padded(inputs, rows)
+            total = len(next(iter(inputs.values())))
+            if self._fixed_batch and total != self._fixed_batch:
+                inputs = self._padded(inputs, total)
             fed_ns = time.monotonic_ns()
             results = self._request.infer(inputs)
             ran_ns = time.monotonic_ns()
             outputs = {name: np.asarray(results[name]) for name in self._output_names}
-            if self._fixed_batch and rows != self._fixed_batch:
-                outputs = {name: array[:rows] for name, array in outputs.items()}
+            if self._fixed_batch and total != self._fixed_batch:
+                outputs = {name: array[:total] for name, array in outputs.items()}
             done_ns = time.monotonic_ns()
         except BackendError:
             raise
@@ -160,8 +162,7 @@ class OpenVinoInstance:
         timings = (fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns)
         if len(requests) == 1:
             return ExecutionResult([outputs], *timings)
-        sizes = [len(next(iter(request.values()))) for request in requests]
-        return ExecutionResult(list(split_outputs(outputs, sizes)), *timings)
+        return ExecutionResult(list(split_outputs(outputs, rows)), *timings)
 
     def _padded(self, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """A batch smaller than the fixed one, padded with zeros when ENABLE_BATCH_PADDING allows

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from backends.assemble import concat_inputs, split_outputs
+from backends.assemble import concat_inputs, request_rows, split_outputs
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap, TensorSignature
 from backends.device import Device, host_tensors, import_cupy, is_device_array
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
 from backends.pytorch._naming import ForwardArgument, TorchIO, named_index_only, plan_io
 from backends.pytorch._runtime import (
@@ -53,7 +54,7 @@ class TorchInstance:
         torch = self._torch
         self._target = torch.device("cuda", device.id) if device.is_cuda else torch.device("cpu")
         self._stream = torch.cuda.Stream(device=self._target) if device.is_cuda else None
-        self._worker = InstanceThread(name)
+        self._worker = InstanceThread(name, InlineRule())
 
     @classmethod
     def load(
@@ -103,7 +104,8 @@ class TorchInstance:
         device_outputs: bool = False,
     ) -> ExecutionResult:
         # TorchScript models take no request parameters.
-        return await self._worker.run(self._run, requests, device_outputs)
+        rows = request_rows(requests)
+        return await self._worker.run(self._run, requests, rows, device_outputs, size=sum(rows))
 
     def close(self) -> None:
         self._worker.close()
@@ -111,7 +113,9 @@ class TorchInstance:
         if self._device.is_cuda:
             self._torch.cuda.empty_cache()
 
-    def _run(self, requests: Sequence[TensorMap], device_outputs: bool) -> ExecutionResult:
+    def _run(
+        self, requests: Sequence[TensorMap], rows: Sequence[int], device_outputs: bool
+    ) -> ExecutionResult:
         try:
             start_ns = time.monotonic_ns()
             with self._on_stream():
@@ -135,8 +139,7 @@ class TorchInstance:
         timings = (fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns)
         if len(requests) == 1:
             return ExecutionResult([outputs], *timings)
-        sizes = [len(next(iter(request.values()))) for request in requests]
-        return ExecutionResult(list(split_outputs(outputs, sizes)), *timings)
+        return ExecutionResult(list(split_outputs(outputs, rows)), *timings)
 
     @contextlib.contextmanager
     def _on_stream(self) -> Iterator[None]:
