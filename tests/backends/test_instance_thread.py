@@ -7,9 +7,11 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
+from backends.inline import InlineRule
 from backends.instance_thread import InstanceClosedError, InstanceThread
 
 
@@ -160,3 +162,34 @@ def test_the_interpreter_exits_after_the_running_call_finishes() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "finished\n"
+
+
+async def test_fast_calls_move_inline_once_measured_and_slow_ones_stay_on_the_thread() -> None:
+    worker = InstanceThread("instance_0", InlineRule(limit_ns=50_000_000, window=3))
+    loop_thread = threading.current_thread().name
+
+    def where() -> str:
+        return threading.current_thread().name
+
+    def slow() -> str:
+        end_ns = time.thread_time_ns() + 60_000_000  # busy: CPU time over the limit
+        while time.thread_time_ns() < end_ns:
+            pass
+        return threading.current_thread().name
+
+    try:
+        fast_runs = [await worker.run(where, size=1) for _ in range(5)]
+        slow_runs = [await worker.run(slow, size=8) for _ in range(4)]
+    finally:
+        worker.close()
+    assert fast_runs == ["instance_0"] * 3 + [loop_thread] * 2
+    assert slow_runs == ["instance_0"] * 4
+
+
+async def test_without_a_rule_every_call_runs_on_the_thread() -> None:
+    worker = InstanceThread("instance_0")
+    try:
+        seen = [await worker.run(lambda: threading.current_thread().name) for _ in range(20)]
+    finally:
+        worker.close()
+    assert seen == ["instance_0"] * 20

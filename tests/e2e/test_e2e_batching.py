@@ -390,3 +390,50 @@ def test_a_cancelled_request_is_counted_and_its_neighbours_served(server: Convoy
         if counted:
             break
     assert counted == 1, f"CANCELED counted {counted} times"
+
+
+def test_a_slow_model_never_stalls_a_fast_one_beside_it(server: ConvoyServer) -> None:
+    """Batches that compute long stay on their instance's thread (backends.inline), so the
+    event loop keeps answering a fast model while they run; the fast one itself runs inline."""
+    mlp = np.ones((1, 256), np.float32)
+
+    async def scenario() -> tuple[float, list[float]]:
+        async with aioclient.InferenceServerClient(server.url) as aio:
+
+            async def slow() -> float:
+                start_s = time.monotonic()
+                await aio.infer("resnet_unordered", _aio_image(8))
+                return time.monotonic() - start_s
+
+            # More batches of 8 than the rule measures before it may move a size inline.
+            slow_s = min([await slow() for _ in range(10)])
+            running = True
+
+            async def keep_busy() -> None:
+                while running:
+                    await slow()
+
+            busy = [asyncio.create_task(keep_busy()) for _ in range(2)]
+            await asyncio.sleep(slow_s / 2)  # both instances are computing
+            latencies = []
+            for _ in range(30):
+                tensor = aioclient.InferInput("INPUT", [1, 256], "FP32")
+                tensor.set_data_from_numpy(mlp)
+                start_s = time.monotonic()
+                await aio.infer("mlp_unbatched", [tensor])
+                latencies.append(time.monotonic() - start_s)
+            running = False
+            await asyncio.gather(*busy)
+            return slow_s, latencies
+
+    slow_s, latencies = asyncio.run(scenario())
+    # Were a batch of the slow model run on the loop, the fast model's requests would wait for
+    # it: half of them would take about half a slow batch or more.
+    assert sorted(latencies)[len(latencies) // 2] < slow_s / 4, (slow_s, latencies)
+
+
+def _aio_image(batch: int) -> list[aioclient.InferInput]:
+    array = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224), np.float32)
+    tensor = aioclient.InferInput("input", list(array.shape), "FP32")
+    tensor.set_data_from_numpy(array)
+    return [tensor]

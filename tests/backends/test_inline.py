@@ -1,0 +1,84 @@
+"""The inline rule: a pure function of measured batch times, and the per-size record that
+applies it (where each batch size runs, and the back-off after a slow inline batch)."""
+
+from __future__ import annotations
+
+from backends.inline import (
+    MOST_NEEDED,
+    SPIKE_FACTOR,
+    WAIT_FACTOR,
+    BatchTimes,
+    InlineRule,
+    runs_inline,
+)
+
+RULE = InlineRule(limit_ns=100_000, window=4)
+FAST = (20_000, 30_000)  # (CPU, wall) of a threaded batch well within the limit
+
+
+def test_a_size_stays_on_the_thread_until_its_window_is_measured() -> None:
+    assert not runs_inline(RULE, [FAST] * 3, [], inline_now=False, needed=4)
+    assert runs_inline(RULE, [FAST] * 4, [], inline_now=False, needed=4)
+
+
+def test_the_fastest_threaded_batch_is_the_estimate() -> None:
+    # GIL waits inflate most threaded batches; one uncontended batch shows the model's time.
+    slow = (900_000, 5_000_000)
+    assert runs_inline(RULE, [slow, slow, slow, FAST], [], inline_now=False, needed=4)
+    assert not runs_inline(RULE, [slow] * 4, [], inline_now=False, needed=4)
+
+
+def test_cpu_time_within_the_limit_with_a_long_wait_stays_on_the_thread() -> None:
+    # A framework that computes on threads of its own: the calling thread's CPU is small, its
+    # wall time long even at its fastest.
+    waiting = (10_000, WAIT_FACTOR * RULE.limit_ns + 1)
+    assert not runs_inline(RULE, [waiting] * 4, [], inline_now=False, needed=4)
+
+
+def test_inline_keeps_going_while_its_median_is_within_the_limit() -> None:
+    assert runs_inline(RULE, [], [], inline_now=True, needed=4)
+    assert runs_inline(RULE, [], [50_000, 150_000, 60_000], inline_now=True, needed=4)
+    assert not runs_inline(RULE, [], [150_000, 150_000, 60_000], inline_now=True, needed=4)
+
+
+def test_one_inline_spike_sends_the_size_back() -> None:
+    spike = SPIKE_FACTOR * RULE.limit_ns + 1
+    assert not runs_inline(RULE, [], [50_000, 50_000, spike], inline_now=True, needed=4)
+
+
+def test_a_zero_limit_never_runs_inline() -> None:
+    rule = InlineRule(limit_ns=0)
+    assert not runs_inline(rule, [FAST] * 100, [], inline_now=False, needed=1)
+    assert not runs_inline(rule, [], [1], inline_now=True, needed=1)
+
+
+def test_batch_times_decide_per_size() -> None:
+    times = BatchTimes(RULE)
+    for _ in range(4):
+        assert not times.inline(8)
+        times.record_threaded(8, *FAST)
+    assert times.inline(8)
+    assert not times.inline(16)  # another size is measured on its own
+
+
+def test_a_slow_inline_batch_doubles_the_threaded_batches_needed() -> None:
+    times = BatchTimes(RULE)
+    for _ in range(4):
+        times.record_threaded(1, *FAST)
+    times.record_inline(1, SPIKE_FACTOR * RULE.limit_ns + 1)
+    assert not times.inline(1)
+    for _ in range(7):
+        times.record_threaded(1, *FAST)
+    assert not times.inline(1)  # 8 needed now, not 4
+    times.record_threaded(1, *FAST)
+    assert times.inline(1)
+
+
+def test_the_back_off_is_bounded() -> None:
+    times = BatchTimes(InlineRule(limit_ns=100_000, window=MOST_NEEDED))
+    for _ in range(MOST_NEEDED):
+        times.record_threaded(2, *FAST)
+    times.record_inline(2, 10 * SPIKE_FACTOR * 100_000)
+    for _ in range(MOST_NEEDED):
+        times.record_threaded(2, *FAST)
+    assert times.inline(2)
