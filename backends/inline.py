@@ -17,7 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 INLINE_LIMIT_NS = 200_000  # the longest typical batch that may block the event loop
-SPIKE_FACTOR = 4  # one inline batch over SPIKE_FACTOR x the limit sends its size back at once
+# One inline batch over SPIKE_FACTOR x the limit sends its size back at once: beyond what a
+# wait for the GIL adds to a fast batch (up to the 5 ms switch interval, measured 1-2 ms when
+# gRPC's poller thread takes it while the framework computes).
+SPIKE_FACTOR = 25
 WAIT_FACTOR = 20  # a threaded batch's wall time holds GIL waits, bounded by the switch interval
 MOST_NEEDED = 4096  # the back-off's bound on threaded batches before a size tries the loop
 WINDOW = 8  # batch times kept per batch size; a size is first judged once it has this many
