@@ -82,18 +82,23 @@ class BatchTimes:
         self._inline: dict[int, deque[int]] = {}
         self._needed: dict[int, int] = {}  # threaded batches a size needs before it may try
         self._inline_sizes: set[int] = set()
+        self._since: dict[int, int] = {}  # inline batches of a size since its last decision
 
     def inline(self, size: int) -> bool:
         """Whether a batch of `size` runs inline now."""
         return size in self._inline_sizes
 
     def record_inline(self, size: int, wall_ns: int) -> None:
-        """One inline batch's wall time; decides where the next batch of its size runs."""
+        """One inline batch's wall time; decides where the next batch of its size runs (the
+        median is taken again once a window of new times has come, a spike is seen at once)."""
         times = self._inline.get(size)
         if times is None:
             times = self._inline[size] = deque(maxlen=self._rule.window)
         times.append(wall_ns)
-        self._decide(size)
+        self._since[size] = since = self._since.get(size, 0) + 1
+        if since >= self._rule.window or wall_ns > SPIKE_FACTOR * self._rule.limit_ns:
+            self._since[size] = 0
+            self._decide(size)
 
     def record_threaded(self, size: int, cpu_ns: int, wall_ns: int) -> None:
         """One threaded batch's CPU and wall time; decides where the next batch of its size
@@ -115,4 +120,5 @@ class BatchTimes:
             self._inline_sizes.discard(size)
             self._threaded.pop(size, None)
             self._inline.pop(size, None)
+            self._since.pop(size, None)
             self._needed[size] = min(2 * needed, MOST_NEEDED)

@@ -18,6 +18,11 @@ class HeaderForwarding:
         # keys arrive lower-cased, HTTP header names as the client wrote them.
         self._regex = re.compile(pattern) if pattern else None
 
+    @property
+    def active(self) -> bool:
+        """Whether a pattern was given (without one, a request's headers are never read)."""
+        return self._regex is not None
+
     def apply(self, options: InferOptions, headers: Iterable[tuple[str, object]]) -> InferOptions:
         if self._regex is None:
             return options

@@ -82,3 +82,14 @@ def test_the_back_off_is_bounded() -> None:
     for _ in range(MOST_NEEDED):
         times.record_threaded(2, *FAST)
     assert times.inline(2)
+
+
+def test_inline_batches_slower_than_the_limit_go_back_after_a_window() -> None:
+    times = BatchTimes(RULE)
+    for _ in range(4):
+        times.record_threaded(4, *FAST)
+    for _ in range(3):
+        times.record_inline(4, 2 * RULE.limit_ns)  # slow, but no spike: judged per window
+        assert times.inline(4)
+    times.record_inline(4, 2 * RULE.limit_ns)
+    assert not times.inline(4)

@@ -259,12 +259,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The engine's request: tensors decoded (shared memory read), parameters parsed."""
         inputs = decode_inputs(request)
         outputs, locations, classes = decode_outputs(request)
+        options = infer_options(request)
+        if self._forwarding.active:  # reading the metadata costs every request otherwise
+            options = self._forwarding.apply(options, context.invocation_metadata() or ())
         return InferRequest(
             request.model_name,
             request.model_version,
             inputs,
             outputs,
-            self._forwarding.apply(infer_options(request), context.invocation_metadata() or ()),
+            options,
             request.id,
             _trace_headers(context) if self._core.info.tracing else None,
             locations,
