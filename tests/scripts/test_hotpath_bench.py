@@ -1,0 +1,51 @@
+"""scripts/hotpath_bench.py: samples are put in the stage of their innermost named frame, the
+framework's when no Convoy frame is below the entry point, and its repository is served."""
+
+from pathlib import Path
+
+from google.protobuf import text_format
+
+from proto import model_config_pb2 as mc
+from scripts import hotpath_bench
+
+ENTRY = ["<module> (server/__main__.py:14)", "main (server/cli.py:62)", "_run (server/cli.py:85)"]
+LOOP = "Runner.run (asyncio/runners.py:118)"
+
+
+def test_the_innermost_named_frame_decides() -> None:
+    stack = [
+        *ENTRY,
+        LOOP,
+        "Batcher._execute (batching/batcher.py:260)",
+        "OrtInstance._run_plain (backends/onnxruntime/_instance.py:160)",
+        "Session.run (onnxruntime/capi/onnxruntime_inference_collection.py:383)",
+    ]
+    assert hotpath_bench.classify(stack) == "compute"
+    assert hotpath_bench.classify(stack[:-2]) == "queue, batch and hand-off"
+
+
+def test_convoy_frames_without_a_stage_are_the_rest_of_the_path() -> None:
+    stack = [*ENTRY, LOOP, "Engine._infer (server/core/engine.py:84)", "isEnabledFor (logging)"]
+    assert hotpath_bench.classify(stack) == "engine and submit"
+    stack = [*ENTRY, LOOP, "LogSettings.apply (server/contract/logs.py:10)"]
+    assert hotpath_bench.classify(stack) == hotpath_bench.REST
+
+
+def test_the_entry_point_and_the_event_loop_are_the_framework() -> None:
+    assert hotpath_bench.classify([*ENTRY, LOOP]) == hotpath_bench.FRAMEWORK
+    assert hotpath_bench.classify([*ENTRY, LOOP, "_wait (asyncio/tasks.py:1)"]) == (
+        hotpath_bench.FRAMEWORK
+    )
+
+
+def test_the_repository_has_mlp_with_and_without_the_seeds_batching(tmp_path: Path) -> None:
+    repo = hotpath_bench.build_repository(tmp_path)
+    configs = {
+        name: text_format.Parse((repo / name / "config.pbtxt").read_text(), mc.ModelConfig())
+        for name in ("mlp_off", "mlp_on")
+    }
+    assert not configs["mlp_off"].HasField("dynamic_batching")
+    batching = configs["mlp_on"].dynamic_batching
+    assert list(batching.preferred_batch_size) == [8, 16]
+    assert batching.max_queue_delay_microseconds == 2000
+    assert (repo / "mlp_on" / "1" / "model.onnx").stat().st_size > 0
