@@ -114,7 +114,14 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 REST = STAGES[-1][0]
 PACKAGES = ("server", "batching", "backends", "proto")
-ENTRY = ("main (server/cli.py", "_run (server/cli.py", "<module> (server/__main__.py")
+# The frames below the event loop of the core (server/cli.py) and of a worker (frontend/worker.py).
+ENTRY = (
+    "<module> (server/",
+    "main (server/",
+    "_run (server/cli.py",
+    "_run_module_as_main",
+    "_run_code",
+)
 FRAMEWORK = "framework (grpc.aio, uvloop, HTTP parser, interpreter)"
 STAGE_NAMES = (*(stage for stage, _ in STAGES), FRAMEWORK)
 SAMPLES_PER_S = 500

@@ -49,3 +49,10 @@ def test_the_repository_has_mlp_with_and_without_the_seeds_batching(tmp_path: Pa
     assert list(batching.preferred_batch_size) == [8, 16]
     assert batching.max_queue_delay_microseconds == 2000
     assert (repo / "mlp_on" / "1" / "model.onnx").stat().st_size > 0
+
+
+def test_a_workers_event_loop_is_the_framework_too() -> None:
+    worker = ["_run_module_as_main (<frozen runpy>:198)", "main (server/frontend/worker.py:47)"]
+    assert hotpath_bench.classify([*worker, LOOP]) == hotpath_bench.FRAMEWORK
+    codec = "encode_response (server/frontend/grpc/codec.py:232)"
+    assert hotpath_bench.classify([*worker, LOOP, codec]) == "encode and answer"
