@@ -291,3 +291,49 @@ async def test_instances_can_be_added_and_retired_in_place() -> None:
         await batcher.retire_executor()
     await busy
     await batcher.stop(1.0)
+
+
+async def test_a_request_runs_alone_in_its_callers_task_when_nothing_waits() -> None:
+    # Without dynamic batching and with the instance free, the request never queues: it runs
+    # in the task that asked, and is counted like any other execution.
+    class Where(Doubler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tasks: list[asyncio.Task[object] | None] = []
+
+        async def execute(
+            self,
+            requests: Sequence[TensorMap],
+            parameters: Sequence[Parameters] = (),
+            device_outputs: bool = False,
+        ) -> Result:
+            self.tasks.append(asyncio.current_task())
+            return await super().execute(requests, parameters, device_outputs)
+
+    executor = Where()
+    records: list[ExecutionRecord] = []
+    batcher = Batcher("m", [executor], ONE_BY_ONE, records.append)
+    await batcher.start()
+    result = await batcher.infer(_x(2), 1)
+    assert float(result.outputs["y"][0, 0]) == 4.0
+    assert executor.tasks == [asyncio.current_task()]
+    assert [r.batch_size for r in records] == [1]
+    with pytest.raises(RuntimeError, match="negative input"):
+        await batcher.infer(_x(-1), 1)
+    assert [r.succeeded for r in records] == [True, False]
+    await batcher.stop(1.0)
+
+
+async def test_a_request_cancelled_while_it_runs_alone_frees_the_instance() -> None:
+    executor = Doubler(0.2)
+    batcher = Batcher("m", [executor], ONE_BY_ONE)
+    await batcher.start()
+    running = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.05)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert batcher.in_flight == 0
+    result = await asyncio.wait_for(batcher.infer(_x(3), 1), 1.0)
+    assert float(result.outputs["y"][0, 0]) == 6.0
+    await batcher.stop(1.0)
