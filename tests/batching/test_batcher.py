@@ -40,6 +40,7 @@ class Doubler:
         self.most_at_once = 0
         self.calls: list[Sequence[TensorMap]] = []
         self.device_outputs: list[bool] = []  # per execution, as the batcher asked
+        self.tasks: list[asyncio.Task[object] | None] = []  # the task each execution ran in
 
     async def execute(
         self,
@@ -49,6 +50,7 @@ class Doubler:
     ) -> Result:
         self.calls.append(requests)
         self.device_outputs.append(device_outputs)
+        self.tasks.append(asyncio.current_task())
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
@@ -296,21 +298,7 @@ async def test_instances_can_be_added_and_retired_in_place() -> None:
 async def test_a_request_runs_alone_in_its_callers_task_when_nothing_waits() -> None:
     # Without dynamic batching and with the instance free, the request never queues: it runs
     # in the task that asked, and is counted like any other execution.
-    class Where(Doubler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.tasks: list[asyncio.Task[object] | None] = []
-
-        async def execute(
-            self,
-            requests: Sequence[TensorMap],
-            parameters: Sequence[Parameters] = (),
-            device_outputs: bool = False,
-        ) -> Result:
-            self.tasks.append(asyncio.current_task())
-            return await super().execute(requests, parameters, device_outputs)
-
-    executor = Where()
+    executor = Doubler()
     records: list[ExecutionRecord] = []
     batcher = Batcher("m", [executor], ONE_BY_ONE, records.append)
     await batcher.start()
