@@ -136,6 +136,31 @@ def _metered(meter: CpuMeter | None, command: Callable[[], Measurement | None]) 
     return Run(measured, (meter.seconds() - cpu_s) / (time.monotonic() - wall_s))
 
 
+def perf_analyzer_command(
+    url: str,
+    model: str,
+    concurrency: int,
+    window_ms: int,
+    csv_path: Path,
+    front_end: str,
+    *,
+    shared_memory: bool = False,
+    trials: int = TRIALS,
+) -> list[str]:
+    """perf_analyzer's command line for one closed-loop measurement, batch 1 per request."""
+    return [
+        str(PERF_ANALYZER),
+        *("-m", model, "-u", url, "-f", str(csv_path), "-b", "1"),
+        *("-i", "http" if front_end == "http" else "grpc"),
+        *(["--streaming"] if front_end == "stream" else []),
+        *(["--shared-memory=system"] if shared_memory else []),
+        f"--concurrency-range={concurrency}:{concurrency}",
+        f"--measurement-interval={window_ms}",
+        # `trials` windows, always accepted: the same work for every system on a shared machine.
+        *("-r", str(trials), "-s", "999"),
+    ]
+
+
 def run_perf_analyzer(
     url: str,
     model: str,
@@ -150,17 +175,9 @@ def run_perf_analyzer(
     `front_end` is grpc (unary), stream (gRPC streaming) or http (binary tensors). With
     `shared_memory`, inputs and outputs travel through system shared memory regions that
     perf_analyzer registers, and requests carry only their location."""
-    command = [
-        str(PERF_ANALYZER),
-        *("-m", model, "-u", url, "-f", str(csv_path), "-b", "1"),
-        *("-i", "http" if front_end == "http" else "grpc"),
-        *(["--streaming"] if front_end == "stream" else []),
-        *(["--shared-memory=system"] if shared_memory else []),
-        f"--concurrency-range={concurrency}:{concurrency}",
-        f"--measurement-interval={window_ms}",
-        # Three windows, always accepted: the same work for every system on a shared machine.
-        *("-r", str(TRIALS), "-s", "999"),
-    ]
+    command = perf_analyzer_command(
+        url, model, concurrency, window_ms, csv_path, front_end, shared_memory=shared_memory
+    )
     timeout_s = 60 + 3 * TRIALS * window_ms / 1000
     what = f"{model} {front_end}{' shm' if shared_memory else ''} @{concurrency}"
 

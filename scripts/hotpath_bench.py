@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -38,20 +38,23 @@ if __package__ in (None, ""):
 
 import onnx
 
-from scripts import models
-from scripts.bench_drivers import REPO_ROOT, CpuMeter, Run, run_perf_analyzer, server_process
+from scripts.bench_drivers import (
+    REPO_ROOT,
+    CpuMeter,
+    Run,
+    perf_analyzer_command,
+    run_perf_analyzer,
+    server_process,
+)
 from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
+from scripts.bench_setup import SPECS, variant_config
 
-CONFIG = """\
-name: "{name}"
-backend: "onnxruntime"
-max_batch_size: 64
-input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ 256 ] }} ]
-output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 10 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-"""
-BATCHING = (
-    "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }\n"
+# scripts/bench.py's mlp, served without batching and with the seed's batching.
+MLP = replace(
+    SPECS["mlp"],
+    dynamic_batching=(
+        "dynamic_batching { preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }\n"
+    ),
 )
 CASES = ("grpc", "stream", "http", "grpc-worker")
 LEVELS = ((1, "mlp_off"), (32, "mlp_on"))
@@ -165,11 +168,12 @@ def _mean(runs: Sequence[Run]) -> Measured | None:
 
 def build_repository(root: Path) -> Path:
     repo = root / "models"
-    model = models.mlp()
-    for name, extra in (("mlp_off", ""), ("mlp_on", BATCHING)):
+    model = MLP.build()
+    for batching in ("off", "on"):
+        name = f"mlp_{batching}"
         (repo / name / "1").mkdir(parents=True)
         onnx.save(model, str(repo / name / "1" / "model.onnx"))
-        (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name) + extra)
+        (repo / name / "config.pbtxt").write_text(variant_config(MLP, batching))
     return repo
 
 
@@ -188,15 +192,14 @@ def classify(stack: Sequence[str]) -> str:
 
 
 def profile(
-    pid: int, load: Sequence[str], seconds: float, scratch: Path
+    pid: int, load: Sequence[str], csv_path: Path, seconds: float
 ) -> dict[str, float] | None:
     """Each stage's GIL-held time per request, in us, while `load` (a perf_analyzer command
-    line writing scratch/profiled.csv) keeps the server of `pid` (and its children) busy: py-spy
-    samples the thread holding the GIL (`--gil`), so idle threads never count, and on this
-    server what holds the GIL is what sets the pace. None when py-spy or the load failed."""
-    csv_path = scratch / "profiled.csv"
+    line writing `csv_path`) keeps the server of `pid` (and its children) busy: py-spy samples
+    the thread holding the GIL (`--gil`), so idle threads never count, and on this server what
+    holds the GIL is what sets the pace. None when py-spy or the load failed."""
     csv_path.unlink(missing_ok=True)
-    samples = scratch / "samples.txt"
+    samples = csv_path.with_name("samples.txt")
     process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(seconds / 4)  # past perf_analyzer's warm-up
     # The py-spy of this environment (the bench extra), else one on PATH.
@@ -243,8 +246,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         def staged(url: str, model: str, c: int, front_end: str, pid: int) -> Stages | None:
             if args.no_profile:
                 return None
-            load = perf_analyzer_command(url, model, c, front_end, window, scratch)
-            return profile(pid, load, 3 * window / 1000, scratch)
+            csv_path = scratch / "profiled.csv"
+            load = perf_analyzer_command(url, model, c, window, csv_path, front_end, trials=5)
+            return profile(pid, load, csv_path, 3 * window / 1000)
 
         table: list[Case] = []
         with (
@@ -277,18 +281,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                     table.append(row)
                     print(_row_line(row), flush=True)
         _print_tables(table)
-
-
-def perf_analyzer_command(
-    url: str, model: str, c: int, front_end: str, window_ms: int, scratch: Path
-) -> list[str]:
-    """The load a profile runs: perf_analyzer as the measurements run it, five windows."""
-    command = [str(REPO_ROOT / "scripts" / "perf_analyzer.sh"), "-m", model, "-u", url, "-b", "1"]
-    command += ["-i", "http" if front_end == "http" else "grpc"]
-    command += ["--streaming"] if front_end == "stream" else []
-    command += [f"--concurrency-range={c}:{c}", f"--measurement-interval={window_ms}"]
-    command += ["-r", "5", "-s", "999", "-f", str(scratch / "profiled.csv")]
-    return command
 
 
 def _of(measured: Measured | None, name: str) -> float | None:
