@@ -1,6 +1,6 @@
 """The core's own cost per request: descriptor in, queue, batch, a no-op model, result out.
 
-The core (this process) serves one worker channel (server/core/workers.WorkerLink) for a no-op
+The core (this process) serves one worker channel (server/workers/link.WorkerLink) for a no-op
 ONNX model (Identity, FP32 [4], max_batch_size 64, dynamic batching); a driver process plays the
 front-end worker with the real CoreClient, keeping `--in-flight` requests going for `--seconds`,
 with no gRPC in the way. The figures are the core's: completed requests per second, and the
@@ -31,15 +31,14 @@ import uvloop
 from onnx import TensorProto
 
 from scripts import models
-from server.contract import link, wire
-from server.contract.arena import Arena
 from server.contract.requests import InferInput, InferOptions, InferRequest
 from server.core.engine import Engine
 from server.core.local import LocalCore
 from server.core.repository import Repository
 from server.core.shared_memory import SharedMemory, SharedMemoryRegistry
-from server.core.workers import WorkerLink
-from server.frontend.core_client import CoreClient
+from server.workers import WorkerLink, frames, messages
+from server.workers.arena import Arena
+from server.workers.client import CoreClient
 
 MODEL = "noop"
 ARENA_BYTES = 64 * 1024 * 1024
@@ -100,7 +99,7 @@ async def _core(args: argparse.Namespace) -> None:
             worker_link = WorkerLink(core, inputs, outputs, lambda settings: None)
             ours.setblocking(False)
             loop = asyncio.get_running_loop()
-            await loop.connect_accepted_socket(lambda link=worker_link: link.channel, ours)
+            await loop.connect_accepted_socket(lambda link=worker_link: messages.channel, ours)
             fds = (theirs.fileno(), inputs.fd, outputs.fd)
             result = Path(tmp) / f"driver-{index}.count"
             command = [sys.executable, __file__, "--drive", *map(str, fds)]
@@ -162,8 +161,8 @@ async def _raw_load(
     message per loop iteration, as `CoreClient` sends them) and the next request sent."""
     array = np.arange(4, dtype=np.float32).reshape(1, 4)
     inputs.write_array(0, array)
-    placement = [(link.ARENA, 0, array.nbytes)]
-    template = link.encode_infer(0, False, _request(array), placement)
+    placement = [(messages.ARENA, 0, array.nbytes)]
+    template = messages.encode_infer(0, False, _request(array), placement)
     counting = False
     done = 0
     ids = iter(range(1, 1 << 62))
@@ -171,32 +170,32 @@ async def _raw_load(
     released: list[int] = []
 
     def send_releases() -> None:
-        channel.send((link.RELEASE, tuple(released)))
+        channel.send((messages.RELEASE, tuple(released)))
         released.clear()
 
-    def on_message(message: wire.Message) -> None:
+    def on_message(message: frames.Message) -> None:
         nonlocal done
-        if message[0] != link.ANSWER:
+        if message[0] != messages.ANSWER:
             return
         _, _, _, _, kind, where = message[5][0][:6]  # an output small enough comes inline
-        if kind == link.ARENA:
+        if kind == messages.ARENA:
             if not released:
                 loop.call_soon(send_releases)
             released.append(where)
         if counting:
             done += 1
         if time.monotonic() < deadline:
-            channel.send((link.INFER, next(ids), *template[2:]))
+            channel.send((messages.INFER, next(ids), *template[2:]))
 
-    channel = wire.Channel(on_message, lambda exc: None)
+    channel = frames.Channel(on_message, lambda exc: None)
     await loop.create_unix_connection(lambda: channel, sock=sock)
     for warm, seconds in ((True, 1.0), (False, args.seconds)):
         deadline = time.monotonic() + seconds
         counting = not warm
         if not warm:
-            channel.send((link.READY, 0, 0))
+            channel.send((messages.READY, 0, 0))
         for _ in range(args.in_flight):
-            channel.send((link.INFER, next(ids), *template[2:]))
+            channel.send((messages.INFER, next(ids), *template[2:]))
         await asyncio.sleep(seconds + 0.5)
     return done
 

@@ -117,7 +117,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 REST = STAGES[-1][0]
 PACKAGES = ("server", "batching", "backends", "proto")
-# The frames below the event loop of the core (server/cli.py) and of a worker (frontend/worker.py).
+# The frames below the event loop of the core (server/cli.py) and of a worker (workers/process.py).
 ENTRY = (
     "<module> (server/",
     "main (server/",

@@ -24,8 +24,8 @@ if __package__ in (None, ""):
 
 import numpy as np
 
-from server.contract.arena import Allocator, Arena
-from server.contract.wire import Channel, Message
+from server.workers.arena import Allocator, Arena
+from server.workers.frames import Channel, Message
 
 BURST = 256  # messages sent per loop iteration in the one-way measurement
 PIPELINE_DEPTH = 64  # round trips in flight in the pipelined measurement

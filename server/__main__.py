@@ -5,7 +5,7 @@ which loads only the front end."""
 import sys
 
 if sys.argv[1:2] == ["frontend"]:
-    from server.frontend.worker import main as worker_main
+    from server.workers.process import main as worker_main
 
     sys.exit(worker_main(sys.argv[2:]))
 

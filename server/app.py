@@ -24,9 +24,9 @@ from server.core.observability import RequestTracer
 from server.core.repository import MemoryBudget, Repository
 from server.core.shared_memory import CudaSharedMemoryRegistry, SharedMemory, SharedMemoryRegistry
 from server.core.storage import CloudRepositories, Mirror, StorageError, is_cloud
-from server.core.workers import WorkerOptions, WorkerPool, reserve_port
 from server.frontend.process import FrontEnd
 from server.settings import ModelControlMode, ServerSettings
+from server.workers import WorkerOptions, WorkerPool, reserve_port
 
 _log = logging.getLogger(__name__)
 

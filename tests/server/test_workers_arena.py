@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server.contract.arena import ALIGNMENT_BYTES, Allocator, Arena
+from server.workers.arena import ALIGNMENT_BYTES, Allocator, Arena
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -184,7 +184,7 @@ def test_attach_refuses_a_short_or_unsealed_segment_and_closes_the_fd() -> None:
 READER_AND_WRITER = """
 import sys
 import numpy as np
-from server.contract.arena import Arena
+from server.workers.arena import Arena
 
 arena = Arena.attach(int(sys.argv[1]), 1 << 20)
 seen = arena.array(0, np.int64, (1000,))

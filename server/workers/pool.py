@@ -1,6 +1,6 @@
 """Front-end worker processes seen from the core: `WorkerPool` starts N of them on the same ports,
-restarts one that dies, tells them the server's health and log settings, and stops them;
-`WorkerLink` serves one worker's channel (`server.contract.link`) with the in-process core."""
+each with its channel and arenas served by a `WorkerLink`, restarts one that dies, tells them the
+server's health and log settings, and stops them."""
 
 from __future__ import annotations
 
@@ -10,22 +10,20 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.contract import link
-from server.contract.arena import Allocator, Arena
-from server.contract.errors import InternalError, ServerError, UnavailableError
+from server.contract.core import Core
 from server.contract.ports import probe_port
-from server.contract.responses import InferResponse
-from server.contract.wire import Channel, Message
-from server.core.local import LocalCore
+from server.workers import messages
+from server.workers.arena import Arena
+from server.workers.frames import Message
+from server.workers.link import WorkerLink
 
 _log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 0.5  # between a worker's death and its replacement
-CANCELLED = "the request was cancelled by its client"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,133 +37,10 @@ class WorkerOptions:
     stop_timeout_s: float  # bound on a worker's drain at shutdown
 
 
-class WorkerLink:
-    """The core's side of one worker's channel."""
-
-    def __init__(
-        self,
-        core: LocalCore,
-        inputs: Arena,
-        outputs: Arena,
-        on_logs: Callable[[dict[str, Any]], None],
-    ) -> None:
-        self._core = core
-        self._inputs = inputs  # the worker writes requests' inputs here
-        self._outputs = outputs  # the core writes responses' outputs here
-        self._allocator = Allocator(outputs.size_bytes)
-        self._on_logs = on_logs
-        self._tasks: dict[int, asyncio.Task[None]] = {}
-        self.ready: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.channel = Channel(self._on_message, self._on_lost)
-
-    def send(self, message: Message) -> None:
-        if not self.lost.done():
-            self.channel.send(message)
-
-    def close(self) -> None:
-        for task in list(self._tasks.values()):
-            task.cancel()
-        self._inputs.close()  # unmapped once the last view of it (a queued request's) is gone
-        self._outputs.close()
-
-    def _on_message(self, message: Message) -> None:
-        kind = message[0]
-        if kind == link.INFER:
-            rid, stream, request = link.decode_infer(message, self._inputs)
-            serve = self._serve_stream(rid, request) if stream else self._serve(rid, request)
-            self._tasks[rid] = asyncio.get_running_loop().create_task(serve)
-        elif kind == link.RELEASE:
-            for offset in message[1]:
-                self._allocator.release(offset)
-        elif kind == link.CANCEL:
-            task = self._tasks.get(message[1])
-            if task is not None:
-                task.cancel()
-        elif kind == link.CALL:
-            asyncio.get_running_loop().create_task(self._call(*message[1:]))
-        elif kind == link.READY and not self.ready.done():
-            self.ready.set_result((message[1], message[2]))
-        elif kind == link.STOPPED and not self.stopped.done():
-            self.stopped.set_result(None)
-
-    def _on_lost(self, exc: Exception | None) -> None:
-        if exc is not None:
-            _log.warning("front-end worker channel failed: %s", exc)
-        if not self.lost.done():
-            self.lost.set_result(None)
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError("the worker closed its channel at start"))
-
-    async def _serve(self, rid: int, request: Any) -> None:
-        try:
-            response = await self._core.infer(request)
-            self.send(link.encode_answer(rid, True, response, self._place(response)))
-        except BaseException as exc:
-            self._fail(rid, request, exc)
-        finally:
-            del self._tasks[rid]
-
-    async def _serve_stream(self, rid: int, request: Any) -> None:
-        final = False
-        try:
-            async for item, final in self._core.infer_stream(request):
-                if isinstance(item, ServerError):
-                    self.send(link.encode_failed(rid, item, final, in_band=True))
-                else:
-                    placements = () if item is None else self._place(item)
-                    self.send(link.encode_answer(rid, final, item, placements))
-            if not final:
-                self.send((link.DONE, rid))
-        except BaseException as exc:
-            self._fail(rid, request, exc)
-        finally:
-            del self._tasks[rid]
-
-    def _fail(self, rid: int, request: Any, exc: BaseException) -> None:
-        """Request `rid` failed as a whole: its worker gets the error (and frees its inputs).
-        A cancellation is the worker's own (its client left) or the core's shutdown."""
-        if isinstance(exc, ServerError):
-            error: ServerError = exc
-        elif isinstance(exc, asyncio.CancelledError):
-            error = UnavailableError(CANCELLED)
-        elif isinstance(exc, Exception):
-            _log.exception("request '%s' for model '%s' failed", request.request_id, request.model)
-            error = InternalError(f"internal error: {exc}")
-        else:  # KeyboardInterrupt, SystemExit: not the request's to report
-            raise exc
-        self.send(link.encode_failed(rid, error))
-
-    def _place(self, response: InferResponse) -> list[link.Placement]:
-        """Each output into the worker's output arena (freed when the worker says so), else
-        inline; one the core wrote to a shared memory region carries nothing."""
-        return [
-            (link.SHARED, None)
-            if output.array is None
-            else link.place(output.array, output.spec.datatype, self._outputs, self._allocator)
-            for output in response.outputs
-        ]
-
-    async def _call(self, cid: int, method: str, args: Any) -> None:
-        try:
-            if method not in link.CALLS:
-                raise InternalError(f"unknown core call '{method}'")
-            value = await getattr(self._core, method)(*link.decode_args(method, args))
-            self.send((link.RESULT, cid, link.encode_result(method, value)))
-            if method == "log_settings" and args[0]:
-                self._on_logs(value)
-        except ServerError as exc:
-            self.send((link.REFUSED, cid, *link.error_message(exc)))
-        except Exception as exc:
-            _log.exception("core call '%s' failed", method)
-            self.send((link.REFUSED, cid, InternalError.__name__, f"internal error: {exc}"))
-
-
 class WorkerPool:
     """N front-end worker processes on the same ports, each with its own channel and arenas."""
 
-    def __init__(self, core: LocalCore, options: WorkerOptions) -> None:
+    def __init__(self, core: Core, options: WorkerOptions) -> None:
         self._core = core
         self._options = options
         self._links: dict[int, WorkerLink] = {}
@@ -183,7 +58,7 @@ class WorkerPool:
     async def stop_accepting(self, timeout_s: float) -> None:
         """Every worker refuses new requests; returns once each has said so (bounded), so that
         the requests they took before are in the core's hands, to be served, not refused."""
-        self._broadcast((link.STOPPING,))
+        self._broadcast((messages.STOPPING,))
         waits = [
             asyncio.wait(
                 {worker_link.stopped, worker_link.lost},
@@ -196,7 +71,7 @@ class WorkerPool:
 
     def set_health(self, serving: bool) -> None:
         self._serving = serving
-        self._broadcast((link.HEALTH, serving))
+        self._broadcast((messages.HEALTH, serving))
 
     async def stop(self) -> None:
         """SIGTERM every worker (each drains its calls), then wait; SIGKILL what lingers."""
@@ -223,7 +98,7 @@ class WorkerPool:
 
     def _logs_changed(self, settings: dict[str, Any]) -> None:
         self._log_settings = settings
-        self._broadcast((link.LOGS, settings))
+        self._broadcast((messages.LOGS, settings))
 
     async def _spawn(self, index: int) -> tuple[int, int]:
         options = self._options
@@ -256,7 +131,7 @@ class WorkerPool:
         info = self._core.info
         worker_link.send(
             (
-                link.WELCOME,
+                messages.WELCOME,
                 dict(options.settings),
                 info.tracing,
                 info.cuda_shared_memory,

@@ -1,6 +1,6 @@
 """The wire between a front-end worker and the core: every message kind, its descriptor layout,
 and the encoding and decoding of both sides. Messages are tuples of plain values framed by
-`server.contract.wire`; tensors travel as offsets into an arena (`server.contract.arena`): the
+`server.workers.frames`; tensors travel as offsets into an arena (`server.workers.arena`): the
 worker writes inputs into its input arena, the core writes outputs into the worker's output
 arena. Each side allocates only in the arena it writes, and frees a block when the other side
 says it is done with it.
@@ -20,14 +20,14 @@ from google.protobuf.message import Message as ProtoMessage
 
 from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
-from server.contract.arena import Allocator, Arena
 from server.contract.core import StreamItem
 from server.contract.datatypes import BY_WIRE, DataType, decode_raw, encode_raw
 from server.contract.errors import InternalError, ServerError
 from server.contract.model_io import ModelIO, TensorSpec
 from server.contract.requests import InferInput, InferOptions, InferRequest, SequenceFlags
 from server.contract.responses import InferOutput, InferResponse
-from server.contract.wire import Message
+from server.workers.arena import Allocator, Arena
+from server.workers.frames import Message
 
 # Worker -> core.
 INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,

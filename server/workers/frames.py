@@ -9,7 +9,7 @@ objects it cannot encode raise ValueError at `send`, but any buffer (a NumPy arr
 is copied in as bytes, so keep tensors out of messages. It is still not meant for hostile input:
 the socket is private to the server's own processes (a socketpair made by the core), so every
 frame read is trusted. Tensors never travel here, only their offsets in an
-arena (`server.contract.arena`), or as bytes inline in the rare case an arena is full.
+arena (`server.workers.arena`), or as bytes inline in the rare case an arena is full.
 """
 
 from __future__ import annotations

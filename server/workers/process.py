@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 import uvloop
 
-from server.contract.arena import Arena
 from server.contract.logs import LogControl, LogState
 from server.contract.settings import FrontEndSettings
-from server.frontend.core_client import CoreClient
 from server.frontend.process import FrontEnd
+from server.workers.arena import Arena
+from server.workers.client import CoreClient
 
 _log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`CoreClient`: the `Core` of a front-end worker process, served by the core process over one
-channel (`server.contract.link`). Inputs are written once into this worker's input arena;
+channel (`server.workers.messages`). Inputs are written once into this worker's input arena;
 outputs are copied out of its output arena, whose blocks go back to the core right away."""
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from typing import Any
 
 from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
-from server.contract import link
-from server.contract.arena import Allocator, Arena
 from server.contract.core import CoreInfo, LogValue, StreamItem
 from server.contract.datatypes import BY_WIRE
 from server.contract.errors import (
@@ -26,7 +24,9 @@ from server.contract.errors import (
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferInput, InferRequest
 from server.contract.responses import InferResponse
-from server.contract.wire import Channel, Message
+from server.workers import messages
+from server.workers.arena import Allocator, Arena
+from server.workers.frames import Channel, Message
 
 _log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class CoreClient:
         return message
 
     def ready(self, grpc_port: int, http_port: int) -> None:
-        self.channel.send((link.READY, grpc_port, http_port))
+        self.channel.send((messages.READY, grpc_port, http_port))
 
     # --- inference ---
 
@@ -80,9 +80,9 @@ class CoreClient:
         except asyncio.CancelledError:
             self._abandon(rid)
             raise
-        if message[0] == link.FAILED:
-            raise link.error_of(message[3], message[4])
-        response = link.decode_answer(message, self._outputs, self._release_output)
+        if message[0] == messages.FAILED:
+            raise messages.error_of(message[3], message[4])
+        response = messages.decode_answer(message, self._outputs, self._release_output)
         assert response is not None  # a unary answer always has outputs
         return response
 
@@ -93,11 +93,11 @@ class CoreClient:
             while True:
                 message = await answers.get()
                 kind = message[0]
-                if kind == link.DONE:
+                if kind == messages.DONE:
                     return
-                if kind == link.FAILED and not message[5]:  # refused or failed as a whole
-                    raise link.error_of(message[3], message[4])
-                yield link.stream_item(message, self._outputs, self._release_output)
+                if kind == messages.FAILED and not message[5]:  # refused or failed as a whole
+                    raise messages.error_of(message[3], message[4])
+                yield messages.stream_item(message, self._outputs, self._release_output)
                 if message[2]:
                     return
         finally:
@@ -108,7 +108,7 @@ class CoreClient:
         pending = self._pending.get(rid)
         if pending is not None and not pending.abandoned:
             pending.abandoned = True
-            self.channel.send((link.CANCEL, rid))
+            self.channel.send((messages.CANCEL, rid))
 
     def _send(
         self,
@@ -124,17 +124,17 @@ class CoreClient:
         pending = _Pending(answers)
         placements = [self._place(tensor, pending) for tensor in request.inputs]
         self._pending[rid] = pending
-        self.channel.send(link.encode_infer(rid, stream, request, placements))
+        self.channel.send(messages.encode_infer(rid, stream, request, placements))
         return rid
 
-    def _place(self, tensor: InferInput, pending: _Pending) -> link.Placement:
+    def _place(self, tensor: InferInput, pending: _Pending) -> messages.Placement:
         """Where one input's bytes go: its shared memory region, or the input arena (freed when
         the request's final answer comes), else inline."""
         if tensor.location is not None:
-            return (link.SHARED, tensor.location)
+            return (messages.SHARED, tensor.location)
         datatype = BY_WIRE[tensor.datatype]
-        placement = link.place(tensor.array, datatype, self._inputs, self._allocator)
-        if placement[0] == link.ARENA:
+        placement = messages.place(tensor.array, datatype, self._inputs, self._allocator)
+        if placement[0] == messages.ARENA:
             pending.inputs.append(placement[1])
         return placement
 
@@ -147,7 +147,7 @@ class CoreClient:
     def _send_releases(self) -> None:
         released, self._released = self._released, []
         if not self.lost.done():
-            self.channel.send((link.RELEASE, tuple(released)))
+            self.channel.send((messages.RELEASE, tuple(released)))
 
     # --- control calls ---
 
@@ -157,14 +157,14 @@ class CoreClient:
         cid = next(self._ids)
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._calls[cid] = future
-        self.channel.send((link.CALL, cid, method, link.encode_args(method, args)))
+        self.channel.send((messages.CALL, cid, method, messages.encode_args(method, args)))
         try:
             message = await future
         finally:
             self._calls.pop(cid, None)
-        if message[0] == link.REFUSED:
-            raise link.error_of(message[2], message[3])
-        return link.decode_result(method, message[2])
+        if message[0] == messages.REFUSED:
+            raise messages.error_of(message[2], message[3])
+        return messages.decode_result(method, message[2])
 
     async def server_ready(self) -> bool:
         return bool(await self._call("server_ready"))
@@ -233,43 +233,43 @@ class CoreClient:
 
     def _on_message(self, message: Message) -> None:
         kind = message[0]
-        if kind == link.ANSWER or kind == link.FAILED or kind == link.DONE:
+        if kind == messages.ANSWER or kind == messages.FAILED or kind == messages.DONE:
             rid = message[1]
             pending = self._pending.get(rid)
             if pending is None:
                 return
-            if kind == link.DONE or message[2]:  # final: its inputs are no longer read
+            if kind == messages.DONE or message[2]:  # final: its inputs are no longer read
                 del self._pending[rid]
                 for offset in pending.inputs:
                     self._allocator.release(offset)
             if pending.abandoned:
-                if kind == link.ANSWER:
-                    link.decode_answer(message, self._outputs, self._release_output)
+                if kind == messages.ANSWER:
+                    messages.decode_answer(message, self._outputs, self._release_output)
                 return
             answers = pending.answers
             if isinstance(answers, asyncio.Queue):
                 answers.put_nowait(message)
             elif not answers.done():
                 answers.set_result(message)
-        elif kind == link.RESULT or kind == link.REFUSED:
+        elif kind == messages.RESULT or kind == messages.REFUSED:
             future = self._calls.get(message[1])
             if future is not None and not future.done():
                 future.set_result(message)
-        elif kind == link.HEALTH:
+        elif kind == messages.HEALTH:
             self.on_health(message[1])
-        elif kind == link.LOGS:
+        elif kind == messages.LOGS:
             self.on_logs(message[1])
-        elif kind == link.STOPPING:
+        elif kind == messages.STOPPING:
             # Every request sent before this answer reaches the core ahead of it, and is served.
             self._stopping = True
-            self.channel.send((link.STOPPED,))
-        elif kind == link.WELCOME:
+            self.channel.send((messages.STOPPED,))
+        elif kind == messages.WELCOME:
             self._welcome.set_result(message)
 
     def _on_lost(self, exc: Exception | None) -> None:
         if exc is not None:
             _log.error("lost the core process: %s", exc)
-        gone = link.encode_failed(0, UnavailableError(CORE_GONE))
+        gone = messages.encode_failed(0, UnavailableError(CORE_GONE))
         for pending in self._pending.values():
             if isinstance(pending.answers, asyncio.Queue):
                 pending.answers.put_nowait(gone)
@@ -278,7 +278,7 @@ class CoreClient:
         self._pending.clear()
         for future in self._calls.values():
             if not future.done():
-                future.set_result((link.REFUSED, 0, UnavailableError.__name__, CORE_GONE))
+                future.set_result((messages.REFUSED, 0, UnavailableError.__name__, CORE_GONE))
         if not self._welcome.done():
             self._welcome.set_exception(ServerError(CORE_GONE))
         if not self.lost.done():

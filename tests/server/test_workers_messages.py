@@ -3,13 +3,13 @@ other, tensors placed in an arena, inline, or in a shared memory region."""
 
 import numpy as np
 
-from server.contract import link
-from server.contract.arena import Allocator, Arena
 from server.contract.datatypes import BY_WIRE, encode_raw
 from server.contract.errors import InvalidInputError
 from server.contract.model_io import TensorSpec
 from server.contract.requests import InferInput, InferOptions, InferRequest
 from server.contract.responses import InferOutput, InferResponse
+from server.workers import messages
+from server.workers.arena import Allocator, Arena
 
 
 def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
@@ -32,12 +32,12 @@ def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
     with Arena.create(1 << 16) as arena:
         arena.write_array(256, floats)
         placements = [
-            (link.ARENA, 256, floats.nbytes),
-            (link.INLINE, encode_raw(BY_WIRE["BYTES"], words)),
-            (link.SHARED, ("region", 64, 16)),
+            (messages.ARENA, 256, floats.nbytes),
+            (messages.INLINE, encode_raw(BY_WIRE["BYTES"], words)),
+            (messages.SHARED, ("region", 64, 16)),
         ]
-        rid, stream, decoded = link.decode_infer(
-            link.encode_infer(9, True, request, placements), arena
+        rid, stream, decoded = messages.decode_infer(
+            messages.encode_infer(9, True, request, placements), arena
         )
         assert (rid, stream) == (9, True)
         assert decoded.options == request.options
@@ -61,7 +61,9 @@ def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
 def test_a_request_without_options_shares_the_default_ones() -> None:
     request = InferRequest("model", "", [], [], InferOptions())
     with Arena.create(4096) as arena:
-        _, stream, decoded = link.decode_infer(link.encode_infer(1, False, request, []), arena)
+        _, stream, decoded = messages.decode_infer(
+            messages.encode_infer(1, False, request, []), arena
+        )
     assert not stream
     assert decoded.options == InferOptions()
     assert decoded.inputs == [] and decoded.carrier is None
@@ -86,13 +88,13 @@ def test_a_response_decodes_with_its_outputs_copied_and_their_blocks_released() 
     with Arena.create(4096) as arena:
         arena.write_array(512, array)
         placements = [
-            (link.ARENA, 512, array.nbytes),
-            (link.INLINE, encode_raw(BY_WIRE["BYTES"], text)),
-            (link.SHARED, None),
+            (messages.ARENA, 512, array.nbytes),
+            (messages.INLINE, encode_raw(BY_WIRE["BYTES"], text)),
+            (messages.SHARED, None),
         ]
-        message = link.encode_answer(4, True, response, placements)
-        assert message[:3] == (link.ANSWER, 4, True)
-        decoded = link.decode_answer(message, arena, released.append)
+        message = messages.encode_answer(4, True, response, placements)
+        assert message[:3] == (messages.ANSWER, 4, True)
+        decoded = messages.decode_answer(message, arena, released.append)
         arena.write_array(512, np.zeros(2, np.float32))  # the worker may reuse the block now
     assert released == [512]
     assert decoded is not None and (decoded.model, decoded.version) == ("model", 3)
@@ -105,26 +107,28 @@ def test_a_response_decodes_with_its_outputs_copied_and_their_blocks_released() 
 
 def test_a_final_flag_alone_and_a_failure_keep_their_meaning() -> None:
     with Arena.create(4096) as arena:
-        alone = link.encode_answer(5, True, None, ())
-        assert link.decode_answer(alone, arena, lambda offset: None) is None
-        failed = link.encode_failed(6, InvalidInputError("bad shape"), final=False, in_band=True)
-        error, final = link.stream_item(failed, arena, lambda offset: None)
+        alone = messages.encode_answer(5, True, None, ())
+        assert messages.decode_answer(alone, arena, lambda offset: None) is None
+        failed = messages.encode_failed(
+            6, InvalidInputError("bad shape"), final=False, in_band=True
+        )
+        error, final = messages.stream_item(failed, arena, lambda offset: None)
     assert isinstance(error, InvalidInputError) and str(error) == "bad shape"
     assert not final
 
 
 def test_small_tensors_travel_inline_and_large_ones_in_the_arena_while_it_has_room() -> None:
     floats = BY_WIRE["FP32"]
-    small = np.arange(link.INLINE_MAX_BYTES // 4, dtype=np.float32)
-    large = np.arange(link.INLINE_MAX_BYTES // 4 + 1, dtype=np.float32).reshape(1, -1)
-    words = np.array([b"x" * (2 * link.INLINE_MAX_BYTES)], dtype=object)
-    size = 4 * link.INLINE_MAX_BYTES
+    small = np.arange(messages.INLINE_MAX_BYTES // 4, dtype=np.float32)
+    large = np.arange(messages.INLINE_MAX_BYTES // 4 + 1, dtype=np.float32).reshape(1, -1)
+    words = np.array([b"x" * (2 * messages.INLINE_MAX_BYTES)], dtype=object)
+    size = 4 * messages.INLINE_MAX_BYTES
     with Arena.create(size) as arena:
         allocator = Allocator(size)
-        assert link.place(small, floats, arena, allocator) == (link.INLINE, small.tobytes())
-        kind, offset, nbytes = link.place(large, floats, arena, allocator)
-        assert (kind, nbytes) == (link.ARENA, large.nbytes)
+        assert messages.place(small, floats, arena, allocator) == (messages.INLINE, small.tobytes())
+        kind, offset, nbytes = messages.place(large, floats, arena, allocator)
+        assert (kind, nbytes) == (messages.ARENA, large.nbytes)
         np.testing.assert_array_equal(arena.array(offset, np.float32, large.shape), large)
-        assert link.place(words, BY_WIRE["BYTES"], arena, allocator)[0] == link.INLINE
-        allocator.allocate(allocator.size_bytes - 2 * link.INLINE_MAX_BYTES - 64)  # nearly full
-        assert link.place(large, floats, arena, allocator) == (link.INLINE, large.tobytes())
+        assert messages.place(words, BY_WIRE["BYTES"], arena, allocator)[0] == messages.INLINE
+        allocator.allocate(allocator.size_bytes - 2 * messages.INLINE_MAX_BYTES - 64)  # nearly full
+        assert messages.place(large, floats, arena, allocator) == (messages.INLINE, large.tobytes())

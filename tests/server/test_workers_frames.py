@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import uvloop
 
-from server.contract.arena import Arena
-from server.contract.wire import Channel, Message, encode
+from server.workers.arena import Arena
+from server.workers.frames import Channel, Message, encode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 PEER = """
 import asyncio, socket, sys
 import numpy as np
-from server.contract.arena import Allocator, Arena
-from server.contract.wire import Channel
+from server.workers.arena import Allocator, Arena
+from server.workers.frames import Channel
 
 sock = socket.socket(fileno=int(sys.argv[1]))
 size_bytes = int(sys.argv[3])

@@ -1,0 +1,144 @@
+"""`WorkerLink`: the core's side of one front-end worker's channel. It decodes each message
+(`server.workers.messages`), serves it with the core's own `Core`, and answers: outputs go into
+the worker's output arena, errors keep their class and message."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from server.contract.core import Core
+from server.contract.errors import InternalError, ServerError, UnavailableError
+from server.contract.responses import InferResponse
+from server.workers import messages
+from server.workers.arena import Allocator, Arena
+from server.workers.frames import Channel, Message
+
+_log = logging.getLogger(__name__)
+
+CANCELLED = "the request was cancelled by its client"
+
+
+class WorkerLink:
+    """The core's side of one worker's channel."""
+
+    def __init__(
+        self,
+        core: Core,
+        inputs: Arena,
+        outputs: Arena,
+        on_logs: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self._core = core
+        self._inputs = inputs  # the worker writes requests' inputs here
+        self._outputs = outputs  # the core writes responses' outputs here
+        self._allocator = Allocator(outputs.size_bytes)
+        self._on_logs = on_logs
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.ready: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.channel = Channel(self._on_message, self._on_lost)
+
+    def send(self, message: Message) -> None:
+        if not self.lost.done():
+            self.channel.send(message)
+
+    def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        self._inputs.close()  # unmapped once the last view of it (a queued request's) is gone
+        self._outputs.close()
+
+    def _on_message(self, message: Message) -> None:
+        kind = message[0]
+        if kind == messages.INFER:
+            rid, stream, request = messages.decode_infer(message, self._inputs)
+            serve = self._serve_stream(rid, request) if stream else self._serve(rid, request)
+            self._tasks[rid] = asyncio.get_running_loop().create_task(serve)
+        elif kind == messages.RELEASE:
+            for offset in message[1]:
+                self._allocator.release(offset)
+        elif kind == messages.CANCEL:
+            task = self._tasks.get(message[1])
+            if task is not None:
+                task.cancel()
+        elif kind == messages.CALL:
+            asyncio.get_running_loop().create_task(self._call(*message[1:]))
+        elif kind == messages.READY and not self.ready.done():
+            self.ready.set_result((message[1], message[2]))
+        elif kind == messages.STOPPED and not self.stopped.done():
+            self.stopped.set_result(None)
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            _log.warning("front-end worker channel failed: %s", exc)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError("the worker closed its channel at start"))
+
+    async def _serve(self, rid: int, request: Any) -> None:
+        try:
+            response = await self._core.infer(request)
+            self.send(messages.encode_answer(rid, True, response, self._place(response)))
+        except BaseException as exc:
+            self._fail(rid, request, exc)
+        finally:
+            del self._tasks[rid]
+
+    async def _serve_stream(self, rid: int, request: Any) -> None:
+        final = False
+        try:
+            async for item, final in self._core.infer_stream(request):
+                if isinstance(item, ServerError):
+                    self.send(messages.encode_failed(rid, item, final, in_band=True))
+                else:
+                    placements = () if item is None else self._place(item)
+                    self.send(messages.encode_answer(rid, final, item, placements))
+            if not final:
+                self.send((messages.DONE, rid))
+        except BaseException as exc:
+            self._fail(rid, request, exc)
+        finally:
+            del self._tasks[rid]
+
+    def _fail(self, rid: int, request: Any, exc: BaseException) -> None:
+        """Request `rid` failed as a whole: its worker gets the error (and frees its inputs).
+        A cancellation is the worker's own (its client left) or the core's shutdown."""
+        if isinstance(exc, ServerError):
+            error: ServerError = exc
+        elif isinstance(exc, asyncio.CancelledError):
+            error = UnavailableError(CANCELLED)
+        elif isinstance(exc, Exception):
+            _log.exception("request '%s' for model '%s' failed", request.request_id, request.model)
+            error = InternalError(f"internal error: {exc}")
+        else:  # KeyboardInterrupt, SystemExit: not the request's to report
+            raise exc
+        self.send(messages.encode_failed(rid, error))
+
+    def _place(self, response: InferResponse) -> list[messages.Placement]:
+        """Each output into the worker's output arena (freed when the worker says so), else
+        inline; one the core wrote to a shared memory region carries nothing."""
+        return [
+            (messages.SHARED, None)
+            if output.array is None
+            else messages.place(output.array, output.spec.datatype, self._outputs, self._allocator)
+            for output in response.outputs
+        ]
+
+    async def _call(self, cid: int, method: str, args: Any) -> None:
+        try:
+            if method not in messages.CALLS:
+                raise InternalError(f"unknown core call '{method}'")
+            value = await getattr(self._core, method)(*messages.decode_args(method, args))
+            self.send((messages.RESULT, cid, messages.encode_result(method, value)))
+            if method == "log_settings" and args[0]:
+                self._on_logs(value)
+        except ServerError as exc:
+            self.send((messages.REFUSED, cid, *messages.error_message(exc)))
+        except Exception as exc:
+            _log.exception("core call '%s' failed", method)
+            self.send((messages.REFUSED, cid, InternalError.__name__, f"internal error: {exc}"))
