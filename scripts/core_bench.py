@@ -99,7 +99,7 @@ async def _core(args: argparse.Namespace) -> None:
             worker_link = WorkerLink(core, inputs, outputs, lambda settings: None)
             ours.setblocking(False)
             loop = asyncio.get_running_loop()
-            await loop.connect_accepted_socket(lambda link=worker_link: messages.channel, ours)
+            await loop.connect_accepted_socket(lambda link=worker_link: link.channel, ours)
             fds = (theirs.fileno(), inputs.fd, outputs.fd)
             result = Path(tmp) / f"driver-{index}.count"
             command = [sys.executable, __file__, "--drive", *map(str, fds)]
