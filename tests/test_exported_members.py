@@ -14,6 +14,7 @@ PACKAGES = [
     "server.frontend.grpc",
     "server.frontend.http",
     "server.core",
+    "server.workers",
     "server.core.repository",
     "server.core.serving",
     "server.core.serving.ensemble",

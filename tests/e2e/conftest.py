@@ -2,9 +2,10 @@
 
 `convoy` is the one server the whole session shares (non-strict readiness, so the broken models
 beside the good ones do not make it unready); `start_server` starts short-lived servers for the
-tests that stop one or need other flags. Both serve each test twice: with the front ends in the
-core process, and in two front-end worker processes (`frontend_workers`). Nothing is mocked:
-clients talk gRPC and HTTP over 127.0.0.1.
+tests that stop one or need other flags. Their front ends run in the core process: the process
+boundary to front-end worker processes has its own tests (tests/server/test_workers_*.py, and
+tests/e2e/test_e2e_workers.py for the processes themselves). Nothing is mocked: clients talk gRPC
+and HTTP over 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -25,26 +26,13 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("models"))
 
 
-@pytest.fixture(scope="session", params=[0, 2], ids=["in-process", "workers"])
-def frontend_workers(request: pytest.FixtureRequest) -> int:
-    """How many front-end worker processes the servers of a test run (0: in the core)."""
-    workers: int = request.param
-    return workers
-
-
-def _workers_flags(workers: int) -> tuple[str, ...]:
-    return ("--frontend-workers", str(workers)) if workers else ()
-
-
 @pytest.fixture(scope="session")
 def convoy(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
+    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConvoyServer]:
     """The shared server, stopped with SIGTERM at the end of the session; it must exit 0."""
     log_path = tmp_path_factory.mktemp("convoy") / "server.log"
-    server = ConvoyServer(
-        model_repository, log_path, "--strict-readiness", "false", *_workers_flags(frontend_workers)
-    )
+    server = ConvoyServer(model_repository, log_path, "--strict-readiness", "false")
     server.start()
     try:
         yield server
@@ -55,14 +43,13 @@ def convoy(
 
 
 @pytest.fixture
-def start_server(tmp_path: Path, frontend_workers: int) -> Iterator[StartServer]:
-    """Start short-lived servers: `start_server(repository, *flags)`; killed if still running.
-    A test's own `--frontend-workers` wins over the fixture's."""
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """Start short-lived servers: `start_server(repository, *flags)`; killed if still running."""
     started: list[ConvoyServer] = []
 
     def start(repository: Path, *flags: str) -> ConvoyServer:
         log_path = tmp_path / f"server-{len(started)}.log"
-        server = ConvoyServer(repository, log_path, *_workers_flags(frontend_workers), *flags)
+        server = ConvoyServer(repository, log_path, *flags)
         started.append(server)
         return server.start()
 

@@ -386,12 +386,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
-) -> Iterator[ConvoyServer]:
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConvoyServer]:
     flags = ["--strict-readiness", "false"]
-    if frontend_workers:
-        flags += ["--frontend-workers", str(frontend_workers)]
     convoy = ConvoyServer(repository, tmp_path_factory.mktemp("log") / "server.log", *flags)
     convoy.start(timeout_s=120)
     try:

@@ -58,18 +58,14 @@ def _repository(repo: Path) -> Path:
     return repo
 
 
-def _workers_flags(workers: int) -> tuple[str, ...]:
-    return ("--frontend-workers", str(workers)) if workers else ()
-
-
 @pytest.fixture(scope="module")
 def local(
-    tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ConvoyServer]:
     """A server whose local cache holds three `cached` entries."""
     repo = _repository(tmp_path_factory.mktemp("cache_models"))
     log = tmp_path_factory.mktemp("cache_log") / "server.log"
-    flags = ("--cache-config", f"local,size={LOCAL_SIZE}", *_workers_flags(frontend_workers))
+    flags = ("--cache-config", f"local,size={LOCAL_SIZE}")
     server = ConvoyServer(repo, log, *flags).start()
     try:
         yield server

@@ -118,12 +118,11 @@ def _repository(repo: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ConvoyServer]:
     repo = _repository(tmp_path_factory.mktemp("classification"))
-    flags = ("--frontend-workers", str(frontend_workers)) if frontend_workers else ()
     log = tmp_path_factory.mktemp("log") / "server.log"
-    running = ConvoyServer(repo, log, "--strict-readiness", "false", *flags).start()
+    running = ConvoyServer(repo, log, "--strict-readiness", "false").start()
     try:
         yield running
         assert running.stop() == 0, running.log()

@@ -63,15 +63,13 @@ def _config(name: str, limiter: str, log: Path) -> str:
 
 @pytest.fixture(scope="module")
 def limited(
-    tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[ConvoyServer, Path]]:
     root = tmp_path_factory.mktemp("rate_limit")
     log = root / "executions.log"
     for name, limiter in MODELS.items():
         models.write_python_model(root / "models", name, RECORDER, _config(name, limiter, log))
     flags = ["--rate-limit", "execution_count", "--rate-limit-resource", "BIG:1"]
-    if frontend_workers:
-        flags += ["--frontend-workers", str(frontend_workers)]
     server = ConvoyServer(root / "models", root / "server.log", *flags).start()
     try:
         yield server, log

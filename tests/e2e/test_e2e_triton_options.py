@@ -76,9 +76,7 @@ def write_repository(repo: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
-) -> Iterator[ConvoyServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConvoyServer]:
     folder = tmp_path_factory.mktemp("triton-options")
     flags = [
         "--id=edge-7",
@@ -90,8 +88,6 @@ def server(
         "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
         "--grpc-infer-response-compression-level=high",
     ]
-    if frontend_workers:
-        flags += ["--frontend-workers", str(frontend_workers)]
     started = ConvoyServer(write_repository(folder / "repo"), folder / "server.log", *flags)
     started.start()
     try:
@@ -248,9 +244,13 @@ def test_responses_travel_compressed(server: ConvoyServer) -> None:
         proxy.close()
 
 
-def test_allow_grpc_false_really_turns_grpc_off(
-    start_server: StartServer, tmp_path: Path, frontend_workers: int
-) -> None:
+# The tests below start their own servers, with the front ends in the core process and in worker
+# processes: what they check (ports bound or not, shared, the log's destination) is each process's.
+WORKERS = pytest.mark.parametrize("frontend_workers", [0, 2], ids=["in-process", "workers"])
+
+
+@WORKERS
+def test_allow_grpc_false_really_turns_grpc_off(tmp_path: Path, frontend_workers: int) -> None:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
     grpc_port, http_port = free_ports(2)
@@ -267,6 +267,7 @@ def test_allow_grpc_false_really_turns_grpc_off(
         server.kill()
 
 
+@WORKERS
 def test_reuse_ports_let_a_second_server_share_them(tmp_path: Path, frontend_workers: int) -> None:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)
@@ -294,6 +295,7 @@ def test_reuse_ports_let_a_second_server_share_them(tmp_path: Path, frontend_wor
             server.kill()
 
 
+@WORKERS
 def test_log_file_takes_the_log(tmp_path: Path, frontend_workers: int) -> None:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(TensorProto.FLOAT), None)

@@ -40,7 +40,7 @@ def _simple_config(name: str, extra: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, frontend_workers: int
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ConvoyServer]:
     repo = tmp_path_factory.mktemp("wordings")
     simple = models.simple(TensorProto.FLOAT)
@@ -48,10 +48,9 @@ def server(
     # Its label file is missing, so it never builds.
     unlabeled = _simple_config("unlabeled", 'label_filename: "labels.txt"')
     models.write_model(repo, "unlabeled", simple, unlabeled)
-    flags = ("--frontend-workers", str(frontend_workers)) if frontend_workers else ()
     log = tmp_path_factory.mktemp("log") / "server.log"
     running = ConvoyServer(
-        repo, log, "--model-control-mode", "explicit", "--load-model", "simple", *flags
+        repo, log, "--model-control-mode", "explicit", "--load-model", "simple"
     ).start()
     try:
         yield running

@@ -1,8 +1,9 @@
-"""Front-end worker processes (`--frontend-workers`): a killed worker is replaced while clients of
-the other one see no failure, SIGTERM under load leaves no process behind, a dead core takes its
-workers with it, a region registered through one worker serves requests through another, and
-statistics count every request whichever worker took it, and a second server is refused a port
-the first holds (whether either shares ports among its own processes).
+"""Front-end worker processes (`--frontend-workers`): every protocol serves through them (what each
+`Core` call does across the boundary is tests/server/test_workers_boundary.py's), a killed worker
+is replaced while clients of the other one see no failure, SIGTERM under load leaves no process
+behind, a dead core takes its workers with it, a region registered through one worker serves
+requests through another, statistics count every request whichever worker took it, and a second
+server is refused a port the first holds (whether either shares ports among its own processes).
 
 Which worker a client's connection reached is read from the kernel: each worker's socket inodes
 (/proc/<pid>/fd) against the connections of /proc/net/tcp."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from e2e_support import (
     REPO_ROOT,
@@ -263,6 +266,30 @@ def test_a_region_registered_through_one_worker_serves_another(server: ConvoySer
             second[0].unregister_system_shared_memory()
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+def test_every_protocol_serves_through_the_workers(server: ConvoyServer) -> None:
+    """Unary and streaming gRPC and HTTP, with the real clients: the boundary's own tests cover
+    each `Core` call; this is the processes wired together."""
+    _workers(server)
+    inputs, a, b = simple_inputs(2)
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+        np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT1"), a - b)
+        answers: queue.Queue[tuple[object, object]] = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer("simple", inputs)
+        result, error = answers.get(timeout=10)
+        client.stop_stream()
+        assert error is None
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)  # type: ignore[attr-defined]
+    http_url = f"127.0.0.1:{server.http_port}"
+    with contextlib.closing(httpclient.InferenceServerClient(http_url)) as web:
+        http_inputs = []
+        for name, array in (("INPUT0", a), ("INPUT1", b)):
+            http_inputs.append(httpclient.InferInput(name, list(array.shape), "FP32"))
+            http_inputs[-1].set_data_from_numpy(array)
+        np.testing.assert_array_equal(web.infer("simple", http_inputs).as_numpy("OUTPUT0"), a + b)
+        assert web.get_model_metadata("simple")["name"] == "simple"
 
 
 def test_statistics_count_every_request_whichever_worker_took_it(server: ConvoyServer) -> None:

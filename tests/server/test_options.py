@@ -3,12 +3,14 @@ spellings, values and defaults, Convoy's safer defaults, and what a refused comm
 
 from __future__ import annotations
 
+import marshal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from server.app import front_end_settings
 from server.cli import build_parser
 from server.contract.settings import FrontEndSettings, GrpcOptions, GrpcTls, TraceSettings
 from server.frontend.process import server_options
@@ -22,6 +24,7 @@ from server.options import (
     triton_parser,
 )
 from server.settings import ServerSettings
+from server.workers import frames, messages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -334,3 +337,31 @@ def test_tritonserver_refuses_as_triton_does(argv: list[str], first_line: str) -
     lines = done.stderr.splitlines()
     assert lines[0] == first_line
     assert "Usage: tritonserver [options]" in lines
+
+
+def test_every_front_end_setting_reaches_a_worker_whole() -> None:
+    """The settings a worker's front ends run with cross the boundary in its WELCOME message, as
+    plain values: every flag that shapes a front end must come back equal."""
+    argv = [
+        "--model-repository=/m",
+        "--id=edge-7",
+        "--grpc-address=::1",
+        "--http-port=8100",
+        "--grpc-header-forward-pattern=^x-fwd-",
+        "--http-header-forward-pattern=^x-fwd-",
+        "--http-max-input-size=4096",
+        "--allow-client-shm=false",
+        "--grpc-infer-response-compression-level=high",
+        "--grpc-restricted-protocol=model-repository:admin-key=secret",
+        "--http-restricted-api=shared-memory:admin-key=secret",
+        "--grpc-use-ssl=true",
+        "--grpc-server-cert=server.pem",
+        "--grpc-server-key=server.key",
+        "--grpc-keepalive-time=1000",
+        "--trace-config=mode=opentelemetry",
+        "--trace-config=rate=7",
+    ]
+    front = front_end_settings(triton(*argv))
+    frame = frames.encode((messages.WELCOME, front.plain()))
+    _, plain = marshal.loads(frame[4:])
+    assert FrontEndSettings.from_plain(plain) == front
