@@ -157,6 +157,31 @@ def accumulator() -> onnx.ModelProto:
     return _model("accumulator", nodes, inputs, outputs, [one])
 
 
+# A decoupled Python model: COUNT responses of INDEX 0..COUNT-1 per request, then the final flag
+# alone; a negative COUNT is answered with an error.
+REPEAT_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy().ravel()[0])
+            if count < 0:
+                error = pb_utils.TritonError("COUNT must be >= 0")
+                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            for index in range(count):
+                out = pb_utils.Tensor("INDEX", np.array([[index]], dtype=np.int32))
+                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 def write_python_model(repo: Path, name: str, source: str, config_pbtxt: str) -> Path:
     """Write `<repo>/<name>/config.pbtxt` and `<repo>/<name>/1/model.py` (a Python model)."""
     version_dir = repo / name / "1"

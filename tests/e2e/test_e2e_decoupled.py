@@ -16,28 +16,6 @@ from tritonclient.utils import InferenceServerException
 
 from scripts import models
 
-REPEAT = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            sender = request.get_response_sender()
-            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy().ravel()[0])
-            if count < 0:
-                error = pb_utils.TritonError("COUNT must be >= 0")
-                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                continue
-            for index in range(count):
-                out = pb_utils.Tensor("INDEX", np.array([[index]], dtype=np.int32))
-                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-
 
 def _repository(tmp_path: Path) -> Path:
     """`repeat`, and `repeat_reshaped`: the same model whose input has a reshape, so that the
@@ -47,7 +25,7 @@ def _repository(tmp_path: Path) -> Path:
         models.write_python_model(
             repo,
             name,
-            REPEAT,
+            models.REPEAT_MODEL,
             f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
             "model_transaction_policy { decoupled: true }\n"
             f'input [ {{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ]{reshape} }} ]\n'

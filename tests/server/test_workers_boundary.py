@@ -42,27 +42,6 @@ from server.workers.client import CORE_GONE
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ARENA_BYTES = 1 << 20  # small, so that a large tensor finds it full and travels inline
-REPEAT = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            sender = request.get_response_sender()
-            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy().ravel()[0])
-            if count < 0:
-                error = pb_utils.TritonError("COUNT must be >= 0")
-                sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                continue
-            for index in range(count):
-                out = pb_utils.Tensor("INDEX", np.array([[index]], dtype=np.int32))
-                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
 SLOW_S = 0.4
 SLOW = f"""
 import time
@@ -94,7 +73,7 @@ def _repository(repo: Path) -> Path:
     models.write_python_model(
         repo,
         "repeat",
-        REPEAT,
+        models.REPEAT_MODEL,
         'name: "repeat"\nbackend: "python"\nmax_batch_size: 8\n'
         "model_transaction_policy { decoupled: true }\n"
         'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
