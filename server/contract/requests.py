@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from server.contract.errors import InvalidInputError
 
@@ -70,6 +70,17 @@ def model_parameters(items: Iterable[tuple[str, object]]) -> dict[str, Parameter
 
 
 @dataclass(frozen=True, slots=True)
+class Received:
+    """A traced request's stage in its front end: the handler began decoding it and had it
+    decoded (`time.monotonic_ns()`: CLOCK_MONOTONIC, which every process of the server on one
+    Linux machine shares, so a front-end worker's stamps compare with the core's)."""
+
+    protocol: Literal["GRPC", "HTTP"]  # the front end, as Triton's event names begin
+    start_ns: int
+    end_ns: int  # >= start_ns
+
+
+@dataclass(frozen=True, slots=True)
 class InferRequest:
     """One request as a front end decoded it, whatever the wire protocol."""
 
@@ -84,6 +95,7 @@ class InferRequest:
     output_locations: Mapping[str, Location] = field(default_factory=dict)
     # Outputs asked for as their top classes (the classification extension): name -> count.
     classification: Mapping[str, int] = field(default_factory=dict)
+    received: Received | None = None  # its front end's receive stage, when tracing is on
 
 
 @dataclass(frozen=True, slots=True)

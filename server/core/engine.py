@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from backends import BackendError
@@ -20,11 +21,16 @@ from server.contract.errors import (
 from server.contract.model_io import check_request
 from server.contract.requests import InferRequest
 from server.contract.responses import InferOutput, InferResponse
-from server.core.observability.tracing import RequestTracer, TracedRequest
+from server.core.observability.tracing import (
+    RequestTracer,
+    TracedRequest,
+    receive_events,
+    stages,
+)
 from server.core.repository import ModelVersion, Repository
 from server.core.serving.classification import check_classification, classified
 from server.core.serving.ensemble import EnsembleResult
-from server.core.serving.submit import submit
+from server.core.serving.submit import CACHE_INSTANCE, submit
 
 _log = logging.getLogger(__name__)
 
@@ -99,6 +105,7 @@ class Engine:
                 str(exc),
             )
             if traced and self._tracer is not None:
+                # Only its arrival and end are known: how far it got is not recorded.
                 self._tracer.record(
                     TracedRequest(
                         request.model,
@@ -107,6 +114,7 @@ class Engine:
                         arrived_ns + wall_offset_ns,
                         done_ns + wall_offset_ns,
                         error=str(exc),
+                        received=receive_events(request.received, wall_offset_ns),
                     ),
                     request.carrier,
                 )
@@ -127,17 +135,16 @@ class Engine:
         )
         if traced and self._tracer is not None:
             span_ns = (arrived_ns + wall_offset_ns, done_ns + wall_offset_ns)
-            self._tracer.record(
-                _traced(
-                    request.model,
-                    target.version,
-                    request.request_id,
-                    result,
-                    span_ns=span_ns,
-                    wall_offset_ns=wall_offset_ns,
-                ),
-                request.carrier,
+            traced_request = _traced(
+                request.model,
+                target.version,
+                request.request_id,
+                result,
+                span_ns=span_ns,
+                wall_offset_ns=wall_offset_ns,
             )
+            received = receive_events(request.received, wall_offset_ns)
+            self._tracer.record(replace(traced_request, received=received), request.carrier)
         return _response(target, result.outputs, request)
 
     async def _run(
@@ -212,8 +219,9 @@ def _traced(
     span_ns: tuple[int, int],
     wall_offset_ns: int,
 ) -> TracedRequest:
-    """A finished request's spans (`span_ns`: its wall-clock start and end): its compute at the
-    end of that time, or, for an ensemble, one span per step."""
+    """A finished request's spans (`span_ns`: its wall-clock start and end): its queue and
+    compute laid back from its end by the durations it recorded, or, for an ensemble, one span
+    per step."""
     start_ns, end_ns = span_ns
     if isinstance(result, EnsembleResult):
         steps = tuple(
@@ -227,16 +235,23 @@ def _traced(
             )
             for step in result.steps
         )
-        return TracedRequest(model, version, request_id, start_ns, end_ns, steps=steps)
-    compute_ns = result.compute_input_ns + result.compute_infer_ns + result.compute_output_ns
+        # An ensemble has no queue of its own: its scheduler takes it up at its first step.
+        queue_start_ns = min((step.start_ns for step in steps), default=None)
+        return TracedRequest(
+            model, version, request_id, start_ns, end_ns, queue_start_ns, steps=steps
+        )
+    if result.instance == CACHE_INSTANCE:  # answered by the cache: neither queued nor executed
+        return TracedRequest(model, version, request_id, start_ns, end_ns)
+    compute_ns = (result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns)
+    queue_start_ns, compute = stages(span_ns, result.queue_ns, compute_ns)
     return TracedRequest(
         model,
         version,
         request_id,
         start_ns,
         end_ns,
-        end_ns - compute_ns,
-        end_ns,
+        queue_start_ns,
+        compute,
         result.batch_size,
         result.instance,
     )

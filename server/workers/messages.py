@@ -24,14 +24,21 @@ from server.contract.core import StreamItem
 from server.contract.datatypes import BY_WIRE, DataType, decode_raw, encode_raw
 from server.contract.errors import InternalError, ServerError
 from server.contract.model_io import ModelIO, TensorSpec
-from server.contract.requests import InferInput, InferOptions, InferRequest, SequenceFlags
+from server.contract.requests import (
+    InferInput,
+    InferOptions,
+    InferRequest,
+    Received,
+    SequenceFlags,
+)
 from server.contract.responses import InferOutput, InferResponse
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Message
 
 # Worker -> core.
 INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,
-#                   parameters, sequence, carrier, output_locations, classification, inputs)
+#                   parameters, sequence, carrier, output_locations, classification, received,
+#                   inputs)
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -101,6 +108,9 @@ def encode_infer(
         None if request.carrier is None else dict(request.carrier),
         dict(request.output_locations),
         dict(request.classification),
+        None
+        if (received := request.received) is None
+        else (received.protocol, received.start_ns, received.end_ns),
         tuple(
             (tensor.name, tensor.datatype, tensor.shape, *placement)
             for tensor, placement in zip(request.inputs, placements, strict=True)
@@ -111,7 +121,7 @@ def encode_infer(
 def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferRequest]:
     """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
     (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
-    parameters, sequence, carrier, locations, classification, tensors = message[9:]
+    parameters, sequence, carrier, locations, classification, received, tensors = message[9:]
     options = (
         InferOptions(
             priority,
@@ -124,7 +134,16 @@ def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferReque
     )
     decoded = [_decode_input(tensor, inputs) for tensor in tensors]
     request = InferRequest(
-        model, version, decoded, outputs, options, request_id, carrier, locations, classification
+        model,
+        version,
+        decoded,
+        outputs,
+        options,
+        request_id,
+        carrier,
+        locations,
+        classification,
+        None if received is None else Received(*received),
     )
     return rid, stream, request
 

@@ -6,7 +6,7 @@ import numpy as np
 from server.contract.datatypes import BY_WIRE, encode_raw
 from server.contract.errors import InvalidInputError
 from server.contract.model_io import TensorSpec
-from server.contract.requests import InferInput, InferOptions, InferRequest
+from server.contract.requests import InferInput, InferOptions, InferRequest, Received
 from server.contract.responses import InferOutput, InferResponse
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
@@ -28,6 +28,7 @@ def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
         "id-7",
         {"traceparent": "00-ab"},
         {"OUT": ("region", 128, 24)},
+        received=Received("GRPC", 100, 250),
     )
     with Arena.create(1 << 16) as arena:
         arena.write_array(256, floats)
@@ -44,6 +45,7 @@ def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
         assert (decoded.model, decoded.version, decoded.request_id) == ("model", "2", "id-7")
         assert list(decoded.outputs) == ["OUT"]
         assert decoded.carrier == request.carrier
+        assert decoded.received == Received("GRPC", 100, 250)
         assert decoded.output_locations == request.output_locations
         arena_input, inline_input, shared_input = decoded.inputs
         np.testing.assert_array_equal(arena_input.array, floats)
@@ -66,7 +68,7 @@ def test_a_request_without_options_shares_the_default_ones() -> None:
         )
     assert not stream
     assert decoded.options == InferOptions()
-    assert decoded.inputs == [] and decoded.carrier is None
+    assert decoded.inputs == [] and decoded.carrier is None and decoded.received is None
 
 
 def test_a_response_decodes_with_its_outputs_copied_and_their_blocks_released() -> None:

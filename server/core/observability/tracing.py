@@ -1,4 +1,5 @@
-"""OpenTelemetry traces in Triton's shape: `InferRequest` > <model> > `compute`, per request.
+"""OpenTelemetry traces in Triton's shape: `InferRequest` > <model> > `compute`, per request,
+with Triton's timestamps as span events.
 
 Spans are made after the request finishes, from the timestamps it collected, so an untraced
 request pays one counter check; export runs on a batch span processor's own thread and drops
@@ -18,9 +19,26 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from server.contract.requests import Received
 from server.contract.settings import TraceSettings
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+# Triton's names for the start and end of a front end's receive stage, by protocol.
+_RECEIVE_EVENTS = {
+    "GRPC": ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END"),
+    "HTTP": ("HTTP_RECV_START", "HTTP_RECV_END"),
+}
+Event = tuple[str, int]  # (Triton's timestamp name, wall-clock ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """One request's execution as Triton stamps it (wall-clock ns, in this order)."""
+
+    start_ns: int  # COMPUTE_START
+    input_end_ns: int  # COMPUTE_INPUT_END: its inputs were in the runtime
+    output_start_ns: int  # COMPUTE_OUTPUT_START: the runtime was done; outputs being copied out
+    end_ns: int  # COMPUTE_END
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +48,41 @@ class TracedRequest:
     model: str
     version: int
     request_id: str
-    start_ns: int  # the request arrived
-    end_ns: int  # its answer was ready
-    compute_start_ns: int | None = None  # None: it never executed
-    compute_end_ns: int | None = None
+    start_ns: int  # the request arrived (REQUEST_START)
+    end_ns: int  # its answer was ready (REQUEST_END)
+    queue_start_ns: int | None = None  # None: no scheduler took it (failed first, cache hit)
+    compute: Compute | None = None  # None: it never executed
     batch_size: int = 0
     instance: str = ""
     error: str = ""
     steps: tuple[TracedRequest, ...] = ()  # an ensemble's steps, each a span below its model
+    received: tuple[Event, ...] = ()  # its front end's receive stage, on the root span
+
+
+def stages(
+    span_ns: tuple[int, int], queue_ns: int, compute_ns: tuple[int, int, int]
+) -> tuple[int, Compute]:
+    """QUEUE_START and the COMPUTE_* timestamps of a request that ran within `span_ns` (its
+    wall-clock start and end) and recorded these durations: `queue_ns`, and `compute_ns` (input,
+    infer, output). The batcher and the backends measure durations, not times, so the stamps are
+    laid back from the request's end; each is clamped to the span's start, so they stay in order.
+    """
+    start_ns, end_ns = span_ns
+    input_ns, infer_ns, output_ns = compute_ns
+    output_start_ns = max(start_ns, end_ns - output_ns)
+    input_end_ns = max(start_ns, output_start_ns - infer_ns)
+    compute_start_ns = max(start_ns, input_end_ns - input_ns)
+    queue_start_ns = max(start_ns, compute_start_ns - queue_ns)
+    return queue_start_ns, Compute(compute_start_ns, input_end_ns, output_start_ns, end_ns)
+
+
+def receive_events(received: Received | None, wall_offset_ns: int) -> tuple[Event, ...]:
+    """A front end's receive stage as Triton's root span events (`wall_offset_ns` turns its
+    monotonic stamps into wall-clock ones); none for a request no front end stamped."""
+    if received is None:
+        return ()
+    start, end = _RECEIVE_EVENTS[received.protocol]
+    return (start, received.start_ns + wall_offset_ns), (end, received.end_ns + wall_offset_ns)
 
 
 class RequestTracer:
@@ -74,10 +119,13 @@ class RequestTracer:
 
     def record(self, request: TracedRequest, carrier: Mapping[str, str] | None) -> None:
         parent = _PROPAGATOR.extract(carrier) if carrier else None
+        start_ns = min([request.start_ns, *(ns for _, ns in request.received)])
         root = self._tracer.start_span(
-            "InferRequest", context=parent, kind=SpanKind.SERVER, start_time=request.start_ns
+            "InferRequest", context=parent, kind=SpanKind.SERVER, start_time=start_ns
         )
         root.set_attributes(_attributes(request))
+        for name, ns in request.received:
+            root.add_event(name, timestamp=ns)
         self._model_span(request, trace.set_span_in_context(root))
         if request.error:
             root.set_status(Status(StatusCode.ERROR, request.error))
@@ -88,23 +136,33 @@ class RequestTracer:
         model = self._tracer.start_span(
             request.model, context=context, start_time=request.start_ns, attributes=attributes
         )
+        # Triton's split: the request's timestamps on its model's span, the execution's on
+        # `compute`.
+        model.add_event("REQUEST_START", timestamp=request.start_ns)
+        if request.queue_start_ns is not None:
+            model.add_event("QUEUE_START", timestamp=request.queue_start_ns)
         inner = trace.set_span_in_context(model)
-        if request.compute_start_ns is not None and request.compute_end_ns is not None:
+        if (stamps := request.compute) is not None:
             compute = self._tracer.start_span(
                 "compute",
                 context=inner,
-                start_time=request.compute_start_ns,
+                start_time=stamps.start_ns,
                 attributes={
                     **attributes,
                     "convoy.batch_size": request.batch_size,
                     "convoy.instance": request.instance,
                 },
             )
-            compute.end(end_time=request.compute_end_ns)
+            compute.add_event("COMPUTE_START", timestamp=stamps.start_ns)
+            compute.add_event("COMPUTE_INPUT_END", timestamp=stamps.input_end_ns)
+            compute.add_event("COMPUTE_OUTPUT_START", timestamp=stamps.output_start_ns)
+            compute.add_event("COMPUTE_END", timestamp=stamps.end_ns)
+            compute.end(end_time=stamps.end_ns)
         for step in request.steps:
             self._model_span(step, inner)
         if request.error:
             model.set_status(Status(StatusCode.ERROR, request.error))
+        model.add_event("REQUEST_END", timestamp=request.end_ns)
         model.end(end_time=request.end_ns)
 
     def shutdown(self) -> None:

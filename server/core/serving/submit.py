@@ -21,7 +21,7 @@ from server.contract.requests import InferInput, InferOptions, SequenceFlags, mo
 from server.core.cache import Lookup
 from server.core.serving.servable import Servable
 
-CACHE_INSTANCE = "response cache"  # the instance a cache hit names in logs and traces
+CACHE_INSTANCE = "response cache"  # the instance a cache hit names (traces: no compute)
 
 
 async def submit(

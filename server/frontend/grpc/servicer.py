@@ -6,6 +6,7 @@ import asyncio
 import collections
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,7 +22,7 @@ from server.contract.errors import (
     ServerError,
     UnsupportedError,
 )
-from server.contract.requests import InferRequest
+from server.contract.requests import InferRequest, Received
 from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
@@ -256,7 +257,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encode_response(await self._core.infer(self._decoded(request, context)), request.id)
 
     def _decoded(self, request: pb.ModelInferRequest, context: Any) -> InferRequest:
-        """The engine's request: tensors decoded (shared memory read), parameters parsed."""
+        """The engine's request: tensors decoded (shared memory read), parameters parsed; when
+        the core traces, with its trace headers and when its decoding began and ended."""
+        tracing = self._core.info.tracing
+        started_ns = time.monotonic_ns() if tracing else 0
         inputs = decode_inputs(request)
         outputs, locations, classes = decode_outputs(request)
         options = infer_options(request)
@@ -269,9 +273,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             outputs,
             options,
             request.id,
-            _trace_headers(context) if self._core.info.tracing else None,
+            _trace_headers(context) if tracing else None,
             locations,
             classes,
+            Received("GRPC", started_ns, time.monotonic_ns()) if tracing else None,
         )
 
     async def ModelStreamInfer(

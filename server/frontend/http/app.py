@@ -4,6 +4,7 @@ named by `--http-restricted-api` need its header."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from proto import message_json
@@ -14,7 +15,7 @@ from server.contract.errors import (
     RestrictedError,
     ServerError,
 )
-from server.contract.requests import InferRequest
+from server.contract.requests import InferRequest, Received
 from server.contract.settings import RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.forwarding import HeaderForwarding
@@ -236,6 +237,8 @@ class HttpFrontEnd:
         return Response()
 
     async def infer(self, request: Request) -> Response:
+        tracing = self._core.info.tracing
+        started_ns = time.monotonic_ns() if tracing else 0
         name, version = _model(request)
         body, binary = split_body(request.body, request.headers.get(HEADER_LENGTH))
         request_id = body.get("id", "")
@@ -250,9 +253,10 @@ class HttpFrontEnd:
                 outputs,
                 self._forwarding.apply(infer_options(body), request.headers.pairs),
                 request_id,
-                trace_carrier(request.headers) if self._core.info.tracing else None,
+                trace_carrier(request.headers) if tracing else None,
                 output_locations(body),
                 classification(body),
+                Received("HTTP", started_ns, time.monotonic_ns()) if tracing else None,
             )
         )
         data, header_length = encode_response(response, request_id, binary_outputs)

@@ -5,6 +5,7 @@ a request parameter), a flat JSON object out (output name -> value or list), as 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from server.contract.requests import (
     InferOptions,
     InferRequest,
     ParameterValue,
+    Received,
     model_parameters,
 )
 from server.contract.responses import InferResponse
@@ -140,13 +142,20 @@ class GenerateRoutes:
         self._core = core
 
     async def _request(self, request: Request) -> InferRequest:
+        tracing = self._core.info.tracing
+        started_ns = time.monotonic_ns() if tracing else 0
         name, version = request.match_info["model"], request.match_info.get("version", "")
         body = parse_json(request.body)
         io = await self._core.model_io(name, version)
         inputs, request_id, parameters = generate_inputs(body, io)
-        carrier = trace_carrier(request.headers) if self._core.info.tracing else None
         options = InferOptions(parameters=parameters)
-        return InferRequest(name, version, inputs, [], options, request_id, carrier)
+        if not tracing:
+            return InferRequest(name, version, inputs, [], options, request_id)
+        carrier = trace_carrier(request.headers)
+        received = Received("HTTP", started_ns, time.monotonic_ns())
+        return InferRequest(
+            name, version, inputs, [], options, request_id, carrier, received=received
+        )
 
     async def generate(self, request: Request) -> Response:
         decoded = await self._request(request)
