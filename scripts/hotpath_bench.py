@@ -99,7 +99,13 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine and submit", ("Engine.", "submit ", "LocalCore.", "InFlight.")),
     (
         "encode and answer",
-        ("encode_response", "encode_raw", "_response ", "LocalCore._answer", "_stream_message"),
+        (
+            "encode_response",
+            "encode_raw",
+            "_response ",
+            "LocalCore._answer",
+            "stream_message",
+        ),
     ),
     (
         "worker link",

@@ -1,0 +1,73 @@
+"""ModelStreamInfer's messages: each answer marked final or not, a request's failure in-band,
+and the `Outbox` that orders a stream's answers for its one writer."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from proto import grpc_service_pb2 as pb
+from server.contract.errors import ServerError
+from server.contract.responses import InferResponse
+from server.frontend.grpc.codec import encode_response
+
+
+def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    """A request's failure, in-band as Triton's: the stream goes on, and the id tells the client
+    which request failed."""
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        ),
+    )
+
+
+def _enables_empty_final(request: pb.ModelInferRequest) -> bool:
+    parameter = request.parameters.get("triton_enable_empty_final_response")
+    return parameter is not None and parameter.bool_param
+
+
+def stream_message(
+    request: pb.ModelInferRequest, item: InferResponse | ServerError | None, final: bool
+) -> pb.ModelStreamInferResponse | None:
+    """One stream response, marked with whether it is its request's last; a decoupled
+    model's final flag without a response is sent (empty) only if the request enables it,
+    as Triton's."""
+    if isinstance(item, ServerError):
+        message = stream_error(request, str(item))
+    else:
+        message = pb.ModelStreamInferResponse()
+        if item is not None:
+            encode_response(item, request.id, message.infer_response)
+        elif final and _enables_empty_final(request):
+            answer = message.infer_response
+            answer.model_name = request.model_name
+            answer.model_version = request.model_version
+            answer.id = request.id
+        else:
+            return None
+    message.infer_response.parameters["triton_final_response"].bool_param = final
+    return message
+
+
+class Outbox:
+    """A stream's answers in the order they are ready, for its one writer; event-loop owned.
+
+    What asyncio.Queue does for one consumer and no size bound, without its getter deque and
+    loop checks on every call: measured at about 5% of a streaming server's GIL time."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[pb.ModelStreamInferResponse | None] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: pb.ModelStreamInferResponse | None) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def get(self) -> pb.ModelStreamInferResponse | None:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._items.popleft()
