@@ -1,4 +1,5 @@
-"""`PythonInstance`: one instance of a Triton python model, served by its own worker process."""
+"""`PythonInstance`: one instance of a Triton python model, served by its own worker process, or
+in the server's process when the model asks for it (`LocalWorker`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from backends.python._config import (
     model_signature,
     output_specs,
 )
+from backends.python._local import LocalWorker
 from backends.python._outputs import check_outputs
 from backends.python._process import WorkerFailure, WorkerProcess, WorkerRefused
 from backends.python._settings import PythonSettings
@@ -81,7 +83,7 @@ class PythonInstance:
         self._signature = model_signature(config)
         self._outputs = output_specs(config)
         self._output_names = [spec.name for spec in self._outputs]
-        self._worker: WorkerProcess | None = None
+        self._worker: WorkerProcess | LocalWorker | None = None
         self._batches = itertools.count()
         self._closed = False
         self._executor = InstanceThread(model.instance)
@@ -261,7 +263,7 @@ class PythonInstance:
         return _result([], start_ns, sent_ns, execute_ns)
 
     def _answered(
-        self, worker: WorkerProcess, batch: int, deadline_ns: int
+        self, worker: WorkerProcess | LocalWorker, batch: int, deadline_ns: int
     ) -> Iterator[tuple[Any, ...]]:
         """The batch's replies; the model's calls to other models are answered on the way."""
         for reply in worker.replies(batch, deadline_ns):
@@ -294,6 +296,14 @@ class PythonInstance:
         except Exception as exc:  # the called model's error, as Triton returns it to the caller
             return str(exc)
 
+    def _answer_call(self, call: tuple[Any, ...]) -> dict[str, Any] | str:
+        """An in-process model's `exec`, answered on its own thread within the execute timeout."""
+        try:
+            return self._call(call, self._deadline_ns(self._settings.execute_timeout_s))
+        except WorkerFailure:
+            timeout_s = self._settings.execute_timeout_s
+            return f"the called model did not answer within {timeout_s:g} s"
+
     def _execute_message(
         self, batch: int, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
     ) -> tuple[Any, ...]:
@@ -308,7 +318,7 @@ class PythonInstance:
             return check_outputs(self._model.name, self._outputs, payload)
         return ExecutionError(f"{self._model.where()}: the worker sent a malformed response")
 
-    def _running_worker(self) -> WorkerProcess:
+    def _running_worker(self) -> WorkerProcess | LocalWorker:
         if self._worker is None:
             try:
                 self._worker = self._start_worker()
@@ -336,9 +346,11 @@ class PythonInstance:
             )
         return ExecutionError(f"{self._model.where()}: {what}; the worker was restarted")
 
-    def _start_worker(self) -> WorkerProcess:
+    def _start_worker(self) -> WorkerProcess | LocalWorker:
         timeout_s = self._settings.initialize_timeout_s
         try:
+            if self._settings.in_process:
+                return LocalWorker.start(self._model.worker_spec, self._answer_call)
             return WorkerProcess.start(self._model.worker_spec, self._deadline_ns(timeout_s))
         except WorkerRefused as refusal:
             reason = refusal.reason

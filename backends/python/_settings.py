@@ -1,26 +1,32 @@
-"""`PythonSettings`: how long a python model's worker may take, from the model's parameters."""
+"""`PythonSettings`: where a python model runs and how long its worker may take, from the model's
+parameters."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from backends.config import bool_parameter
 from backends.errors import ModelLoadError
 from proto import model_config_pb2
 
 EXECUTE_TIMEOUT_PARAMETER = "convoy_execute_timeout_s"
 INITIALIZE_TIMEOUT_PARAMETER = "convoy_initialize_timeout_s"
+IN_PROCESS_PARAMETER = "convoy_in_process"
 
 
 @dataclass(frozen=True, slots=True)
 class PythonSettings:
-    """Deadlines past which the worker process is killed; both > 0 and finite."""
+    """Deadlines past which the worker process is killed (both > 0 and finite), and whether the
+    model runs in the server's own process instead of one of its own."""
 
     # One execute (a decoupled one until every request's final flag); finalize() has it too.
     # Past it the worker is killed and started again.
     execute_timeout_s: float = 60.0
     # Starting the worker process, importing model.py and initialize(); loading weights is slow.
     initialize_timeout_s: float = 300.0
+    # model.py in the server's process, on the instance's thread: no IPC, and no isolation.
+    in_process: bool = False
 
     @classmethod
     def from_config(cls, config: model_config_pb2.ModelConfig) -> PythonSettings:
@@ -33,6 +39,7 @@ class PythonSettings:
             initialize_timeout_s=_seconds(
                 config.name, params, INITIALIZE_TIMEOUT_PARAMETER, defaults.initialize_timeout_s
             ),
+            in_process=bool_parameter(config.name, params, IN_PROCESS_PARAMETER),
         )
 
 

@@ -35,13 +35,13 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 _HEADER = struct.Struct("!IQ")  # out-of-band buffer count, pickle length
 _LENGTH = struct.Struct("!Q")  # one buffer's length
-_UTILS_MODULE = "triton_python_backend_utils"
+UTILS_MODULE = "triton_python_backend_utils"
 _MODEL_MODULE = "model"
 _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
 
@@ -68,7 +68,7 @@ def read_frame(read_exact: Callable[[int], bytearray]) -> tuple[bytearray, list[
     return data, [read_exact(length) for length in lengths]
 
 
-class _ContractError(Exception):
+class ContractError(Exception):
     """The model broke the python backend's contract (wrong return value, not a Tensor...)."""
 
 
@@ -99,13 +99,32 @@ class _Channel:
         return buffer
 
 
-class _Server:
-    """Runs one TritonPythonModel: builds Triton's request objects, converts its responses."""
+class Channel(Protocol):
+    """How a `ModelServer` talks with the server: a socket in a worker process, or calls in the
+    server's own process (`_local.py`)."""
+
+    def send(self, message: object) -> None: ...
+
+    def receive(self) -> Any: ...
+
+
+class ModelServer:
+    """Runs one TritonPythonModel: builds Triton's request objects, converts its responses.
+
+    `copy_outputs`: answer copies of the model's output arrays (in the server's process, where
+    nothing else copies them and the model may reuse its buffers); a worker's are copied by the
+    socket."""
 
     def __init__(
-        self, channel: _Channel, utils: ModuleType, model: Any, spec: dict[str, Any]
+        self,
+        channel: Channel,
+        utils: ModuleType,
+        model: Any,
+        spec: dict[str, Any],
+        copy_outputs: bool = False,
     ) -> None:
         self._channel = channel
+        self._copy_outputs = copy_outputs
         self._utils = utils
         self._model = model
         self._decoupled: bool = spec["decoupled"]
@@ -124,12 +143,12 @@ class _Server:
             except EOFError:
                 return  # the server went away without unloading: nothing to answer
             if message[0] == "execute":
-                self._execute(*message[1:])
+                self.execute(*message[1:])
             elif message[0] == "finalize":
-                self._channel.send(("finalized", self._finalize()))
+                self._channel.send(("finalized", self.finalize()))
                 return
 
-    def _execute(
+    def execute(
         self,
         batch: int,
         inputs: list[dict[str, np.ndarray]],
@@ -145,7 +164,7 @@ class _Server:
             requests.append(
                 pb.InferenceRequest(
                     correlation_id=correlation_id,
-                    inputs=[pb.Tensor(name, array) for name, array in arrays.items()],
+                    inputs=[pb.Tensor(name, _writable(array)) for name, array in arrays.items()],
                     requested_output_names=output_names,
                     model_name=self._model_name,
                     model_version=self._version,
@@ -168,7 +187,7 @@ class _Server:
         execute_ns = time.monotonic_ns() - start_ns
         try:
             payloads = self._returned(returned, len(requests))
-        except _ContractError as exc:
+        except ContractError as exc:
             self._channel.send(("failed", batch, str(exc)))
             return
         self._channel.send(("done", batch, payloads, execute_ns))
@@ -176,7 +195,7 @@ class _Server:
     def _returned(self, returned: Any, count: int) -> list[Payload] | None:
         if self._decoupled:
             if returned is not None:
-                raise _ContractError(
+                raise ContractError(
                     "the model is decoupled, so execute must return None and send responses "
                     f"with request.get_response_sender(); it returned {type(returned).__name__}"
                 )
@@ -188,12 +207,12 @@ class _Server:
                 if returned is None
                 else ""
             )
-            raise _ContractError(
+            raise ContractError(
                 "execute must return a list of pb_utils.InferenceResponse, one per request; "
                 f"it returned {type(returned).__name__}{hint}"
             )
         if len(returned) != count:
-            raise _ContractError(
+            raise ContractError(
                 f"execute must return one InferenceResponse per request: it got {count} "
                 f"requests and returned {len(returned)} responses"
             )
@@ -238,7 +257,7 @@ class _Server:
                 )
             try:
                 payload = None if response is None else self._payload(response)
-            except _ContractError as exc:
+            except ContractError as exc:
                 raise pb.TritonModelException(str(exc)) from None
             self._channel.send(("response", batch, index, payload, final))
 
@@ -247,7 +266,7 @@ class _Server:
     def _payload(self, response: Any) -> Payload:
         pb = self._utils
         if not isinstance(response, pb.InferenceResponse):
-            raise _ContractError(
+            raise ContractError(
                 f"a response must be a pb_utils.InferenceResponse, not {type(response).__name__}"
             )
         if response.has_error():
@@ -255,13 +274,14 @@ class _Server:
         outputs: dict[str, np.ndarray] = {}
         for tensor in response.output_tensors():
             if not isinstance(tensor, pb.Tensor):
-                raise _ContractError(
+                raise ContractError(
                     f"output_tensors must hold pb_utils.Tensor objects, not {type(tensor).__name__}"
                 )
-            outputs[tensor.name()] = _wire_array(tensor.as_numpy())
+            array = _wire_array(tensor.as_numpy())
+            outputs[tensor.name()] = array.copy() if self._copy_outputs else array
         return outputs
 
-    def _finalize(self) -> str | None:
+    def finalize(self) -> str | None:
         finalize = getattr(self._model, "finalize", None)
         if not callable(finalize):
             return None
@@ -276,6 +296,12 @@ class _Server:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    """Triton's inputs are the model's to write: a read-only one (a request's bytes, as pickle
+    or the server hands them over) becomes a copy."""
+    return array if array.flags.writeable else np.array(array)
 
 
 def _wire_array(array: np.ndarray) -> np.ndarray:
@@ -300,7 +326,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _log() -> logging.Logger:
-    return logging.getLogger(_UTILS_MODULE)
+    return logging.getLogger(UTILS_MODULE)
 
 
 def _setup_logging(model: str, instance: str) -> None:
@@ -317,65 +343,72 @@ def _setup_logging(model: str, instance: str) -> None:
     logger.propagate = False
 
 
-def _register_utils() -> ModuleType:
-    """Convoy's pb_utils as `triton_python_backend_utils`, loaded by path (no Convoy import)."""
+def load_utils() -> ModuleType:
+    """A fresh copy of Convoy's pb_utils, loaded by path (no Convoy import), installed as
+    `triton_python_backend_utils` for the model.py imported next: each in-process model has its
+    own, so that its `exec` reaches its own instance."""
     spec = importlib.util.spec_from_file_location(
-        _UTILS_MODULE, Path(__file__).with_name("pb_utils.py")
+        UTILS_MODULE, Path(__file__).with_name("pb_utils.py")
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[_UTILS_MODULE] = module
+    sys.modules[UTILS_MODULE] = module
     spec.loader.exec_module(module)
     return module
 
 
-def _model_class(spec: dict[str, Any]) -> type:
-    """Import model.py by path; its TritonPythonModel, or _ContractError with the reason."""
+def model_class(spec: dict[str, Any], module_name: str = _MODEL_MODULE) -> type:
+    """Import model.py by path as `module_name`; its TritonPythonModel, or ContractError with
+    the reason. In a worker (`model`) its directory goes first on sys.path, as Triton's stub
+    puts it; in the server's process last, so that it never shadows what the server imports."""
     model_path = Path(spec["model_path"])
-    sys.path.insert(0, str(model_path.parent))  # model.py may import modules beside it
-    module_spec = importlib.util.spec_from_file_location(_MODEL_MODULE, model_path)
+    directory = str(model_path.parent)  # model.py may import modules beside it
+    if module_name == _MODEL_MODULE:
+        sys.path.insert(0, directory)
+    elif directory not in sys.path:
+        sys.path.append(directory)
+    module_spec = importlib.util.spec_from_file_location(module_name, model_path)
     if module_spec is None or module_spec.loader is None:
-        raise _ContractError(f"'{model_path}' cannot be imported as a Python module")
+        raise ContractError(f"'{model_path}' cannot be imported as a Python module")
     module = importlib.util.module_from_spec(module_spec)
-    sys.modules[_MODEL_MODULE] = module  # dataclasses and pickle look the module up there
+    sys.modules[module_name] = module  # dataclasses and pickle look the module up there
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:
         _log().error("importing %s raised\n%s", model_path, traceback.format_exc())
-        raise _ContractError(f"importing '{model_path}' raised {_describe(exc)}") from None
+        raise ContractError(f"importing '{model_path}' raised {_describe(exc)}") from None
     model_class = getattr(module, "TritonPythonModel", None)
     if not isinstance(model_class, type):
-        raise _ContractError(f"'{model_path}' defines no class TritonPythonModel")
+        raise ContractError(f"'{model_path}' defines no class TritonPythonModel")
     return model_class
 
 
-def _load_model(spec: dict[str, Any]) -> Any:
-    """The model's TritonPythonModel, initialized with args; raises _ContractError."""
-    model_class = _model_class(spec)
+def initialize_model(spec: dict[str, Any], cls: type) -> Any:
+    """A TritonPythonModel of `cls`, initialized with spec's args; raises ContractError."""
     try:
-        model = model_class()
+        model = cls()
         initialize = getattr(model, "initialize", None)
         if callable(initialize):
             initialize(spec["args"])
     except Exception as exc:
         _log().error("initialize raised\n%s", traceback.format_exc())
-        raise _ContractError(f"initialize raised {_describe(exc)}") from None
+        raise ContractError(f"initialize raised {_describe(exc)}") from None
     return model
 
 
 def _auto_complete(spec: dict[str, Any], utils: ModuleType) -> dict[str, Any]:
     """The config after the model's `auto_complete_config` (as it was when there is none)."""
     config = utils.ModelConfig(json.loads(spec["args"]["model_config"]))
-    complete = getattr(_model_class(spec), "auto_complete_config", None)
+    complete = getattr(model_class(spec), "auto_complete_config", None)
     if not callable(complete):
         return dict(config.as_dict())
     try:
         completed = complete(config)
     except Exception as exc:
         _log().error("auto_complete_config raised\n%s", traceback.format_exc())
-        raise _ContractError(f"auto_complete_config raised {_describe(exc)}") from None
+        raise ContractError(f"auto_complete_config raised {_describe(exc)}") from None
     if not isinstance(completed, utils.ModelConfig):
-        raise _ContractError(
+        raise ContractError(
             "auto_complete_config must return the pb_utils.ModelConfig it was given, not "
             f"{type(completed).__name__}"
         )
@@ -401,17 +434,17 @@ def main(argv: list[str]) -> int:
     _watch_parent(os.getppid())
     kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])
-    utils = _register_utils()
+    utils = load_utils()
     try:
         if kind == "auto_complete":
             channel.send(("completed", _auto_complete(spec, utils)))
             return 0
-        model = _load_model(spec)
-    except _ContractError as exc:
+        model = initialize_model(spec, model_class(spec))
+    except ContractError as exc:
         channel.send(("failed", str(exc)))
         return 1
     channel.send(("ready",))
-    _Server(channel, sys.modules[_UTILS_MODULE], model, spec).serve()
+    ModelServer(channel, sys.modules[UTILS_MODULE], model, spec).serve()
     return 0
 
 

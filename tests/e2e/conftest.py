@@ -17,13 +17,27 @@ from pathlib import Path
 import grpc
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import CLIENT_MAX_MESSAGE_BYTES, ConvoyServer, StartServer, build_repository
+from e2e_support import (
+    CLIENT_MAX_MESSAGE_BYTES,
+    PYTHON_MODES,
+    ConvoyServer,
+    StartServer,
+    build_repository,
+)
 from tritonclient.grpc import service_pb2_grpc
 
 
 @pytest.fixture(scope="session")
 def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_repository(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(params=PYTHON_MODES)
+def python_mode(request: pytest.FixtureRequest) -> str:
+    """Where the python models of a test run: their own processes, or the server's
+    (`place_python_models`)."""
+    mode: str = request.param
+    return mode
 
 
 @pytest.fixture(scope="session")

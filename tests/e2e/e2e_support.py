@@ -208,6 +208,21 @@ def build_repository(repo: Path) -> Path:
     return repo
 
 
+PYTHON_MODES = ("process", "in-process")  # where a python model runs: its own process, or ours
+IN_PROCESS = 'parameters { key: "convoy_in_process" value: { string_value: "true" } }\n'
+
+
+def place_python_models(repo: Path, mode: str) -> Path:
+    """`repo` with every python model of it running in `mode` (one of PYTHON_MODES)."""
+    assert mode in PYTHON_MODES
+    if mode == "in-process":
+        for config in repo.glob("*/config.pbtxt"):
+            text = config.read_text(encoding="utf-8")
+            if 'backend: "python"' in text:
+                config.write_text(text + IN_PROCESS, encoding="utf-8")
+    return repo
+
+
 def ensemble_config(name: str, dtype: str, dims: int, steps: list[tuple[str, str, str]]) -> str:
     """An ensemble with input IN and output OUT (FP32 [16]); each step feeds a model's INPUT0
     and INPUT1 from one tensor and maps its OUTPUT0 to another."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input
+from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -116,9 +116,9 @@ def _repository(tmp_path: Path) -> Path:
 
 
 def test_a_python_model_calls_other_models_and_gets_their_errors(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     x = np.arange(32, dtype=np.float32).reshape(2, 16)
     with grpcclient.InferenceServerClient(server.url) as triton:
         result = triton.infer("pipeline", [infer_input("X", x, "FP32")])
@@ -133,9 +133,9 @@ def test_a_python_model_calls_other_models_and_gets_their_errors(
 
 
 def test_a_call_carries_its_own_request_parameters(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     x = np.ones((1, 16), np.float32)
     with grpcclient.InferenceServerClient(server.url) as triton:
         result = triton.infer("ask", [infer_input("X", x, "FP32")])

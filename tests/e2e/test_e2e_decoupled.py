@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, infer_input
+from e2e_support import StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -41,9 +41,9 @@ def _count(value: int) -> list[grpcclient.InferInput]:
 
 @pytest.mark.parametrize("model", ["repeat", "repeat_reshaped"])
 def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
-    tmp_path: Path, start_server: StartServer, model: str
+    tmp_path: Path, start_server: StartServer, python_mode: str, model: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     results: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
     with grpcclient.InferenceServerClient(server.url) as triton:
         triton.start_stream(callback=lambda result, error: results.put((result, error)))
@@ -84,9 +84,9 @@ def test_a_decoupled_model_streams_each_requests_responses_then_its_final_flag(
 
 
 def test_generate_stream_sends_every_response_of_a_decoupled_model(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     request = urllib.request.Request(
         f"http://127.0.0.1:{server.http_port}/v2/models/repeat/generate_stream",
         data=json.dumps({"COUNT": 3}).encode(),

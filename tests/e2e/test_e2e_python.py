@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input
+from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -185,9 +185,9 @@ async def _scale_concurrently(url: str, count: int) -> list[np.ndarray]:
 
 
 def test_python_models_batch_fail_alone_and_survive_raises_and_hangs(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     with grpcclient.InferenceServerClient(server.url) as triton:
         # Batched through the dynamic batcher; each request still gets its own answer.
         answers = asyncio.run(_scale_concurrently(server.url, 24))
@@ -207,6 +207,8 @@ def test_python_models_batch_fail_alone_and_survive_raises_and_hangs(
         with pytest.raises(InferenceServerException, match="the model is broken on purpose"):
             triton.infer("broken", [infer_input("X", x, "FP32")])
 
+        if python_mode == "in-process":  # nothing can stop a hung execute in the server
+            return
         # A model that hangs is bounded by its execute timeout; the worker is restarted.
         start_s = time.monotonic()
         with pytest.raises(InferenceServerException, match="did not return within 1") as error:
@@ -221,9 +223,9 @@ def test_python_models_batch_fail_alone_and_survive_raises_and_hangs(
 
 
 def test_ensemble_steps_whose_inputs_are_ready_run_at_the_same_time(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     with grpcclient.InferenceServerClient(server.url) as triton:
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
         start_s = time.monotonic()
@@ -235,9 +237,9 @@ def test_ensemble_steps_whose_inputs_are_ready_run_at_the_same_time(
 
 
 def test_max_inflight_requests_bounds_the_executions_in_flight_at_a_step(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     start_s = time.monotonic()
     answers = asyncio.run(_infer_concurrently(server.url, "bounded", 3))
     elapsed_s = time.monotonic() - start_s
@@ -247,9 +249,9 @@ def test_max_inflight_requests_bounds_the_executions_in_flight_at_a_step(
 
 
 def test_an_ensemble_runs_a_step_without_an_optional_input_the_request_left_out(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    server = start_server(_repository(tmp_path))
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     with grpcclient.InferenceServerClient(server.url) as triton:
         alone = triton.infer("optional", [infer_input("X", x, "FP32")]).as_numpy("Y")
@@ -284,12 +286,12 @@ class TritonPythonModel:
 
 
 def test_auto_complete_config_supplies_what_the_config_leaves_out(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
     repo = tmp_path / "repo"
     models.write_python_model(repo, "completed", AUTO_COMPLETE, 'backend: "python"\n')
     models.write_python_model(repo, "bare", SCALE, 'backend: "python"\n')
-    server = start_server(repo, "--strict-readiness", "false")
+    server = start_server(place_python_models(repo, python_mode), "--strict-readiness", "false")
     with grpcclient.InferenceServerClient(server.url) as triton:
         config = triton.get_model_config("completed", as_json=True)["config"]
         assert [t["name"] for t in config["input"]] == ["X"]
@@ -303,7 +305,7 @@ def test_auto_complete_config_supplies_what_the_config_leaves_out(
 
 
 def test_request_parameters_reach_a_python_model_without_the_reserved_ones(
-    tmp_path: Path, start_server: StartServer
+    tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
     repo = tmp_path / "repo"
     models.write_python_model(
@@ -315,7 +317,7 @@ def test_request_parameters_reach_a_python_model_without_the_reserved_ones(
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] },'
         ' { name: "PARAMETERS" data_type: TYPE_STRING dims: [ 1 ] } ]\n',
     )
-    server = start_server(repo)
+    server = start_server(place_python_models(repo, python_mode))
     x = np.ones((1, 1), np.float32)
     with grpcclient.InferenceServerClient(server.url) as triton:
         result = triton.infer(
@@ -335,3 +337,44 @@ def test_request_parameters_reach_a_python_model_without_the_reserved_ones(
     with urllib.request.urlopen(request, timeout=10) as answer:
         generated = json.loads(answer.read())
     assert json.loads(generated["PARAMETERS"]) == {"max_tokens": 16, "stop": "\n"}
+
+
+# Answers the process it runs in, and whether its input arrived writable (Triton's are).
+WHERE = """
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            x += 1  # in place
+            facts = np.array([[os.getpid(), int(x.flags.writeable)]], dtype=np.int64)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("FACTS", facts)]))
+        return responses
+"""
+
+
+def test_a_python_model_runs_where_its_config_places_it(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    repo = tmp_path / "repo"
+    models.write_python_model(
+        repo,
+        "where",
+        WHERE,
+        'name: "where"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "FACTS" data_type: TYPE_INT64 dims: [ 2 ] } ]\n',
+    )
+    server = start_server(place_python_models(repo, python_mode))
+    assert server.process is not None
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        x = np.zeros((1, 4), np.float32)
+        pid, writable = triton.infer("where", [infer_input("X", x, "FP32")]).as_numpy("FACTS")[0]
+    assert (pid == server.process.pid) == (python_mode == "in-process")
+    assert writable == 1

@@ -1,0 +1,110 @@
+"""`LocalWorker`: a python model run in the server's own process (opt-in: `convoy_in_process`).
+
+model.py is imported here, under a module name of its instance's own, with a pb_utils of its
+own; `execute` runs on the instance's thread with the batch's arrays (a copy only of a read-only
+one: Triton's inputs are writable), and outputs come back as copies (the model may reuse its
+buffers). No process, socket or pickle in between: the same `ModelServer` a worker process runs,
+behind the interface of `WorkerProcess`.
+
+What a separate process gives and this does not: a model that crashes the interpreter, leaks or
+never returns takes the server with it (a hung execute is never killed, so the execute timeout
+only bounds how long the instance waits for a decoupled model's responses); model code holds the
+server's GIL while it runs Python, so only work that releases it (NumPy, ONNX Runtime, PyTorch)
+or waits on I/O runs beside the server's own; and models share one interpreter (`sys.modules`,
+`sys.path`: two models' sibling modules of the same name are one module).
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from backends.python._process import WorkerFailure, WorkerRefused
+from backends.python._worker import (
+    ContractError,
+    ModelServer,
+    initialize_model,
+    load_utils,
+    model_class,
+)
+
+# How the instance answers a model's `exec`: the ("call", ...) message -> the outputs or the
+# reason it failed, as a worker's ("called", ...) reply carries them.
+CallAnswer = Callable[[tuple[Any, ...]], dict[str, Any] | str]
+
+# `sys.modules` is the interpreter's: instances load in parallel, and each model.py must import
+# the pb_utils installed for it, so one model.py is imported at a time.
+_IMPORTING = threading.Lock()
+
+
+class _Channel:
+    """The `ModelServer`'s channel in this process: what it sends for a batch is queued for the
+    instance's thread (a decoupled model's own threads send too), and each `exec` call is
+    answered on the spot."""
+
+    def __init__(self, answer_call: CallAnswer) -> None:
+        self.sent: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._answer_call = answer_call
+        self._called: tuple[Any, ...] | None = None  # the reply `receive` gives next
+
+    def send(self, message: object) -> None:
+        assert isinstance(message, tuple)
+        if message[0] == "call":  # the server holds its call lock until it has the reply
+            self._called = ("called", message[2], self._answer_call(message))
+        else:
+            self.sent.put(message)
+
+    def receive(self) -> Any:
+        called, self._called = self._called, None
+        return called
+
+
+class LocalWorker:
+    """One in-process model instance; used by one thread at a time, as a `WorkerProcess`."""
+
+    def __init__(self, server: ModelServer, channel: _Channel) -> None:
+        self._server = server
+        self._channel = channel
+
+    @classmethod
+    def start(cls, spec: dict[str, Any], answer_call: CallAnswer) -> LocalWorker:
+        """Import model.py and run initialize(spec['args']) here; WorkerRefused when model.py
+        does not import or initialize raises."""
+        module = "convoy_python_model_" + re.sub(r"\W", "_", spec["instance_name"])
+        try:
+            with _IMPORTING:
+                utils = load_utils()
+                model_type = model_class(spec, module)
+            model = initialize_model(spec, model_type)
+        except ContractError as exc:
+            raise WorkerRefused(str(exc)) from None
+        channel = _Channel(answer_call)
+        return cls(ModelServer(channel, utils, model, spec, copy_outputs=True), channel)
+
+    def send(self, message: tuple[Any, ...], deadline_ns: int) -> None:
+        """Run an ("execute", batch, inputs, output names, parameters) message now."""
+        assert message[0] == "execute"
+        self._server.execute(*message[1:])
+
+    def replies(self, batch: int, deadline_ns: int) -> Iterator[tuple[Any, ...]]:
+        """What the model sent about `batch`: execute has returned by now, but a decoupled
+        model's threads may still be sending, until the deadline."""
+        while True:
+            remaining_s = (deadline_ns - time.monotonic_ns()) / 1e9
+            try:
+                message = self._channel.sent.get(timeout=max(remaining_s, 0.0))
+            except queue.Empty:
+                raise WorkerFailure("did not answer in time", timed_out=True) from None
+            if len(message) > 1 and message[1] == batch:
+                yield message
+
+    def finalize(self, deadline_ns: int) -> str | None:
+        """Run the model's finalize(); the error it reported, if any."""
+        return self._server.finalize()
+
+    def kill(self) -> None:
+        """Nothing to end: the model lives in this process (a new one replaces it)."""
