@@ -66,6 +66,12 @@ class Instance(Protocol):
         """Where it computes: the CPU, or the CUDA device its session runs on."""
         ...
 
+    @property
+    def healthy(self) -> bool:
+        """Whether it can run a batch now: False while a python model's worker process is
+        being replaced; its model is not ready meanwhile."""
+        ...
+
     async def execute(
         self,
         requests: Sequence[TensorMap],

@@ -94,6 +94,10 @@ class OrtInstance:
         return self._signature
 
     @property
+    def healthy(self) -> bool:
+        return True  # its session lives in this process
+
+    @property
     def device(self) -> Device:
         return _CPU
 

@@ -119,6 +119,10 @@ class OpenVinoInstance:
         return self._signature
 
     @property
+    def healthy(self) -> bool:
+        return True  # its session lives in this process
+
+    @property
     def device(self) -> Device:
         return _CPU
 

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,9 @@ class PythonInstance:
     """A model.py's TritonPythonModel in a worker process, driven from one executor thread.
 
     A worker that outlives the execute timeout or dies fails its batch and is replaced by a fresh
-    one (initialize runs again), so the instance keeps serving.
+    one (initialize runs again), so the instance keeps serving. A worker that dies between
+    batches is seen at once by the thread that watches it: the instance is not `healthy` (its
+    model not ready) until that thread has started the next one.
     """
 
     def __init__(
@@ -84,6 +87,9 @@ class PythonInstance:
         self._outputs = output_specs(config)
         self._output_names = [spec.name for spec in self._outputs]
         self._worker: WorkerProcess | LocalWorker | None = None
+        # Held while the worker is replaced: by the executor thread after a failed batch, or by
+        # the watcher of a worker that died between batches.
+        self._replacing = threading.Lock()
         self._batches = itertools.count()
         self._closed = False
         self._executor = InstanceThread(model.instance)
@@ -110,6 +116,13 @@ class PythonInstance:
             instance._executor.close()
             raise
         return instance
+
+    @property
+    def healthy(self) -> bool:
+        """Whether its worker runs (False from a worker's death until its replacement
+        serves)."""
+        worker = self._worker
+        return worker is not None and worker.alive()
 
     @staticmethod
     def complete_config(
@@ -191,7 +204,8 @@ class PythonInstance:
             return
         self._closed = True
         self._executor.close(cancel_pending=True)
-        worker, self._worker = self._worker, None
+        with self._replacing:
+            worker, self._worker = self._worker, None
         if worker is None:
             return
         error = worker.finalize(self._deadline_ns(self._settings.execute_timeout_s))
@@ -219,7 +233,7 @@ class PythonInstance:
             sent_ns = time.monotonic_ns()
             reply = next(self._answered(worker, batch, deadline_ns))
         except WorkerFailure as failure:
-            raise self._recover(failure) from None
+            raise self._recover(worker, failure) from None
         received_ns = time.monotonic_ns()
         if reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
             responses = [self._response(payload) for payload in reply[2]]
@@ -259,7 +273,7 @@ class PythonInstance:
                     _finish(finished, emit, f"{self._model.where()}: {reason}")
                     break
         except WorkerFailure as failure:
-            _finish(finished, emit, str(self._recover(failure)))
+            _finish(finished, emit, str(self._recover(worker, failure)))
         return _result([], start_ns, sent_ns, execute_ns)
 
     def _answered(
@@ -319,39 +333,67 @@ class PythonInstance:
         return ExecutionError(f"{self._model.where()}: the worker sent a malformed response")
 
     def _running_worker(self) -> WorkerProcess | LocalWorker:
-        if self._worker is None:
-            try:
-                self._worker = self._start_worker()
-            except ModelLoadError as exc:
-                raise ExecutionError(
-                    f"{self._model.where()}: the worker is not running and could not be "
-                    f"restarted: {exc}"
-                ) from None
-        return self._worker
+        with self._replacing:
+            if self._worker is None:
+                try:
+                    self._worker = self._start_worker()
+                except ModelLoadError as exc:
+                    raise ExecutionError(
+                        f"{self._model.where()}: the worker is not running and could not be "
+                        f"restarted: {exc}"
+                    ) from None
+            return self._worker
 
-    def _recover(self, failure: WorkerFailure) -> ExecutionError:
-        """Kill the worker that failed a batch and start another; the error for that batch."""
-        if self._worker is not None:
-            self._worker.kill()
-            self._worker = None
+    def _recover(
+        self, worker: WorkerProcess | LocalWorker, failure: WorkerFailure
+    ) -> ExecutionError:
+        """Kill the worker that failed a batch and start another (unless its watcher already
+        did); the error for that batch."""
         if failure.timed_out:
             what = f"execute did not return within {self._settings.execute_timeout_s:g} s"
         else:
             what = f"the worker {failure.reason} during execute"
-        try:
-            self._worker = self._start_worker()
-        except BackendError as exc:
-            return ExecutionError(
-                f"{self._model.where()}: {what}; restarting the worker failed: {exc}"
-            )
+        with self._replacing:
+            if self._worker is worker:
+                self._worker = None
+                worker.kill()
+                try:
+                    self._worker = self._start_worker()
+                except BackendError as exc:
+                    return ExecutionError(
+                        f"{self._model.where()}: {what}; restarting the worker failed: {exc}"
+                    )
         return ExecutionError(f"{self._model.where()}: {what}; the worker was restarted")
+
+    def _watch(self, worker: WorkerProcess) -> None:
+        """On its own thread: wait for `worker` to end, and replace it if it died on its own
+        (not killed or finalized by this instance, which takes it out first)."""
+        code = worker.wait()
+        with self._replacing:
+            if self._closed or self._worker is not worker:
+                return
+            self._worker = None
+            _log.error(
+                "%s: the worker exited with code %s; restarting it", self._model.where(), code
+            )
+            worker.kill()  # what it started goes too
+            try:
+                self._worker = self._start_worker()
+            except ModelLoadError as exc:
+                _log.error("%s: restarting the worker failed: %s", self._model.where(), exc)
 
     def _start_worker(self) -> WorkerProcess | LocalWorker:
         timeout_s = self._settings.initialize_timeout_s
         try:
             if self._settings.in_process:
                 return LocalWorker.start(self._model.worker_spec, self._answer_call)
-            return WorkerProcess.start(self._model.worker_spec, self._deadline_ns(timeout_s))
+            worker = WorkerProcess.start(self._model.worker_spec, self._deadline_ns(timeout_s))
+            watcher = threading.Thread(
+                target=self._watch, args=(worker,), name=f"{self._model.instance}-watch"
+            )
+            watcher.daemon = True  # a worker that never ends must not hold the server's exit
+            watcher.start()
+            return worker
         except WorkerRefused as refusal:
             reason = refusal.reason
         except WorkerFailure as failure:

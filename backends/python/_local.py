@@ -106,5 +106,8 @@ class LocalWorker:
         """Run the model's finalize(); the error it reported, if any."""
         return self._server.finalize()
 
+    def alive(self) -> bool:
+        return True  # it lives and dies with the server
+
     def kill(self) -> None:
         """Nothing to end: the model lives in this process (a new one replaces it)."""

@@ -167,6 +167,13 @@ class WorkerProcess:
         self.kill()
         return None if message[1] is None else str(message[1])
 
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def wait(self) -> int:
+        """Block until the worker ends; its exit code."""
+        return self._process.wait()
+
     def kill(self) -> None:
         """End the worker and everything it started, now."""
         if self._process.poll() is None:

@@ -89,6 +89,10 @@ class TorchInstance:
         return self._signature
 
     @property
+    def healthy(self) -> bool:
+        return True  # its session lives in this process
+
+    @property
     def device(self) -> Device:
         return self._device
 

@@ -4,9 +4,14 @@ that raises or hangs fails only its own requests, and the server stays up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import queue
+import signal
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -378,3 +383,60 @@ def test_a_python_model_runs_where_its_config_places_it(
         pid, writable = triton.infer("where", [infer_input("X", x, "FP32")]).as_numpy("FACTS")[0]
     assert (pid == server.process.pid) == (python_mode == "in-process")
     assert writable == 1
+
+
+def _model_workers(server_pid: int) -> list[int]:
+    """The pids of the server's python model worker processes."""
+    found = []
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):
+                if b"_worker.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> float:
+    """Seconds until `condition` held; fails past `timeout_s`."""
+    start_s = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start_s < timeout_s, "the condition never held"
+        time.sleep(0.02)
+    return time.monotonic() - start_s
+
+
+def test_a_dead_worker_makes_its_model_not_ready_until_it_is_replaced(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    repo = tmp_path / "repo"
+    models.write_python_model(repo, "slow", SCALE, _config("slow", 2.0, 0.6))
+    models.write_model(repo, "simple", models.simple(), None)
+    server = start_server(repo)
+    assert server.process is not None
+    x = np.ones((1, 4), np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        # Killed between batches: seen at once, not at the next request.
+        (victim,) = _model_workers(server.process.pid)
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(lambda: not triton.is_model_ready("slow"), timeout_s=5.0)
+        _wait_for(lambda: triton.is_model_ready("slow"))
+        y = triton.infer("slow", [infer_input("X", x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, 2 * x)
+        # Killed while it runs a batch: that batch fails clearly, the next one is served.
+        (victim,) = _model_workers(server.process.pid)
+        answers: queue.Queue[object] = queue.Queue()
+        triton.async_infer(
+            "slow", [infer_input("X", x, "FP32")], lambda result, error: answers.put(error)
+        )
+        time.sleep(0.3)  # inside its 0.6 s execute
+        os.kill(victim, signal.SIGKILL)
+        error = answers.get(timeout=30)
+        assert isinstance(error, InferenceServerException)
+        assert "exited with code -9 (SIGKILL) during execute" in str(error)
+        _wait_for(lambda: triton.is_model_ready("slow"))
+        y = triton.infer("slow", [infer_input("X", x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, 2 * x)
+        # Nothing else noticed.
+        assert triton.is_server_live() and triton.is_model_ready("simple")
+        stats = triton.get_inference_statistics("slow").model_stats[0].inference_stats
+        assert (stats.success.count, stats.fail.count) == (2, 1)

@@ -431,11 +431,13 @@ class Repository:
         )
 
     def is_ready(self, name: str, version: str = "") -> bool:
+        """Loaded, and every instance healthy (a python model's dead worker makes its model
+        not ready until the worker is replaced)."""
         try:
-            self.get(name, version)
+            target = self.get(name, version)
         except (ModelNotFoundError, ModelNotReadyError):
             return False
-        return True
+        return all(instance.healthy for instance in target.instances)
 
     def index(self) -> list[tuple[str, VersionStatus]]:
         """Every model of the repositories with its state, loaded or not."""
