@@ -1,7 +1,9 @@
 """Python backend: Triton model.py files (`class TritonPythonModel`) run unchanged.
 
 Each instance owns one worker process (`_worker.py`, started by `_process.WorkerProcess`), so a
-model that crashes, leaks or hangs cannot take the server down or block its event loop. The
+model that crashes, leaks or hangs cannot take the server down or block its event loop; a model
+that asks for it (`convoy_in_process`) runs in the server's process instead (`_local.LocalWorker`:
+the same `ModelServer`, no IPC, no isolation). The
 worker registers Convoy's `pb_utils` as `triton_python_backend_utils`, puts the version directory
 on sys.path, imports model.py by path and calls initialize(args) with Triton's args. Batches go
 over a socketpair as pickles whose arrays travel out of band; the server unpickles nothing but
@@ -12,8 +14,10 @@ Deadlines (model parameters, see `PythonSettings`): `convoy_execute_timeout_s` (
 each execute, a decoupled one until every final flag, and finalize(); `convoy_initialize_timeout_s`
 (300 s) bounds starting the worker and initialize(). A worker past its execute deadline, or one
 that dies (os._exit, a segfault), is killed with everything it started; its batch fails with an
-`ExecutionError` and a fresh worker is initialized before the next batch. If that restart fails,
-each later batch tries again and fails with the reason until one succeeds.
+`ExecutionError` and a fresh worker is initialized at once (a thread waits on each worker, so a
+death between batches is seen too, and the instance is not `healthy` until its replacement
+serves). If that restart fails, each later batch tries again and fails with the reason until one
+succeeds.
 
 What a model returns is checked on the server's side: one InferenceResponse per request; a
 response's TritonError fails its request alone; outputs must be exactly the declared ones, numeric
