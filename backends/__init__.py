@@ -39,7 +39,7 @@ from backends.onnxruntime import (
     read_onnx_signature,
 )
 from backends.openvino import OpenVinoInstance, OpenVinoSettings
-from backends.python import ModelCaller, PythonInstance, PythonSettings
+from backends.python import ModelCaller, PythonInstance, PythonSettings, SharedArrays
 from backends.pytorch import TorchInstance, TorchSettings, torch_placements
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "PythonInstance",
     "PythonSettings",
     "Response",
+    "SharedArrays",
     "TensorMap",
     "TensorSignature",
     "TorchInstance",

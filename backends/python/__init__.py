@@ -29,5 +29,6 @@ the server gives the instance; the instance's thread answers it while the batch 
 
 from backends.python._instance import ModelCaller, PythonInstance, ResponseSend
 from backends.python._settings import PythonSettings
+from backends.python._shared import SharedArrays
 
-__all__ = ["ModelCaller", "PythonInstance", "PythonSettings", "ResponseSend"]
+__all__ = ["ModelCaller", "PythonInstance", "PythonSettings", "ResponseSend", "SharedArrays"]

@@ -31,6 +31,7 @@ from backends.python._local import LocalWorker
 from backends.python._outputs import check_outputs
 from backends.python._process import WorkerFailure, WorkerProcess, WorkerRefused
 from backends.python._settings import PythonSettings
+from backends.python._shared import SharedArrays
 from proto import model_config_pb2 as mc
 
 _log = logging.getLogger(__name__)
@@ -78,8 +79,10 @@ class PythonInstance:
         config: mc.ModelConfig,
         settings: PythonSettings,
         caller: ModelCaller | None = None,
+        shared: SharedArrays | None = None,
     ) -> None:
         self._model = model
+        self.shared = shared  # the version's shared arrays, released at close
         self._settings = settings
         self._caller = caller  # None: `exec` answers with an error response
         self._loop: asyncio.AbstractEventLoop | None = None  # where the caller runs
@@ -103,17 +106,21 @@ class PythonInstance:
         config: mc.ModelConfig,
         settings: PythonSettings,
         caller: ModelCaller | None = None,
+        shared: SharedArrays | None = None,
     ) -> PythonInstance:
         """Start the worker and run initialize(); blocking, so call it from a thread.
 
-        `caller` serves the model's `InferenceRequest.exec` (business logic scripting)."""
+        `caller` serves the model's `InferenceRequest.exec` (business logic scripting); `shared`
+        holds the arrays the version's instances share (`pb_utils.shared_array`)."""
         spec = _worker_spec(name, model_dir, version, config)
+        if shared is not None:
+            spec["shared_dir"] = shared.acquire()
         model = _Model(config.name, version, name, is_decoupled(config), spec)
-        instance = cls(model, config, settings, caller)
+        instance = cls(model, config, settings, caller, shared)
         try:
             instance._worker = instance._start_worker()
         except ModelLoadError:
-            instance._executor.close()
+            instance.close()
             raise
         return instance
 
@@ -206,6 +213,8 @@ class PythonInstance:
         self._executor.close(cancel_pending=True)
         with self._replacing:
             worker, self._worker = self._worker, None
+        if self.shared is not None:  # what its worker still maps stays until it exits
+            self.shared.release()
         if worker is None:
             return
         error = worker.finalize(self._deadline_ns(self._settings.execute_timeout_s))

@@ -77,7 +77,7 @@ class LocalWorker:
         module = "convoy_python_model_" + re.sub(r"\W", "_", spec["instance_name"])
         try:
             with _IMPORTING:
-                utils = load_utils()
+                utils = load_utils(spec.get("shared_dir"))
                 model_type = model_class(spec, module)
             model = initialize_model(spec, model_type)
         except ContractError as exc:

@@ -343,10 +343,11 @@ def _setup_logging(model: str, instance: str) -> None:
     logger.propagate = False
 
 
-def load_utils() -> ModuleType:
+def load_utils(shared_dir: str | None = None) -> ModuleType:
     """A fresh copy of Convoy's pb_utils, loaded by path (no Convoy import), installed as
-    `triton_python_backend_utils` for the model.py imported next: each in-process model has its
-    own, so that its `exec` reaches its own instance."""
+        `triton_python_backend_utils` for the model.py imported next: each in-process model has its
+        own, so that its `exec` reaches its own instance; `shared_dir` is where its `shared_array`
+    keeps the version's arrays."""
     spec = importlib.util.spec_from_file_location(
         UTILS_MODULE, Path(__file__).with_name("pb_utils.py")
     )
@@ -354,6 +355,7 @@ def load_utils() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[UTILS_MODULE] = module
     spec.loader.exec_module(module)
+    module._install_shared_dir(shared_dir)  # where its shared_array keeps arrays
     return module
 
 
@@ -434,7 +436,7 @@ def main(argv: list[str]) -> int:
     _watch_parent(os.getppid())
     kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])
-    utils = load_utils()
+    utils = load_utils(spec.get("shared_dir"))
     try:
         if kind == "auto_complete":
             channel.send(("completed", _auto_complete(spec, utils)))

@@ -2,6 +2,8 @@
 
 import json
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +134,38 @@ def test_model_config_completion_adds_and_checks_as_triton() -> None:
         config.set_max_batch_size(4)
     with pytest.raises(pb_utils.TritonModelException, match="lacks"):
         config.add_output({"name": "Z"})
+
+
+@pytest.fixture
+def shared_dir(tmp_path: Path) -> Iterator[Path]:
+    """pb_utils with a version's shared-arrays directory installed, as a worker has it."""
+    pb_utils._install_shared_dir(str(tmp_path))
+    yield tmp_path
+    pb_utils._install_shared_dir(None)
+
+
+def test_a_shared_array_is_loaded_once_and_mapped_read_only(shared_dir: Path) -> None:
+    weights = np.arange(12, dtype=np.float32).reshape(3, 4)
+    first = pb_utils.shared_array("weights", lambda: weights)
+
+    def never() -> np.ndarray:
+        raise AssertionError("a second instance must not load it again")
+
+    second = pb_utils.shared_array("weights", never)
+    for array in (first, second):
+        np.testing.assert_array_equal(array, weights)
+        assert not array.flags.writeable
+    assert sorted(p.name for p in shared_dir.iterdir()) == ["weights.lock", "weights.npy"]
+
+
+def test_shared_arrays_refuse_objects_and_odd_keys(shared_dir: Path) -> None:
+    with pytest.raises(pb_utils.TritonModelException, match="only numeric arrays"):
+        pb_utils.shared_array("words", lambda: np.array([b"a"], dtype=object))
+    with pytest.raises(pb_utils.TritonModelException, match="letters, digits"):
+        pb_utils.shared_array("../escape", lambda: np.zeros(1))
+    assert not (shared_dir / "words.npy").exists()
+
+
+def test_outside_a_server_shared_array_is_the_loaded_array() -> None:
+    loaded = np.ones(3)
+    assert pb_utils.shared_array("w", lambda: loaded) is loaded

@@ -440,3 +440,73 @@ def test_a_dead_worker_makes_its_model_not_ready_until_it_is_replaced(
         assert triton.is_server_live() and triton.is_model_ready("simple")
         stats = triton.get_inference_statistics("slow").model_stats[0].inference_stats
         assert (stats.success.count, stats.fail.count) == (2, 1)
+
+
+# Its weights come from pb_utils.shared_array; each load is logged, and each answer says which
+# process answered, whether the weights are writable, and their sum.
+SHARED_WEIGHTS = """
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        log = json.loads(args["model_config"])["parameters"]["log"]["string_value"]
+
+        def load():
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            return np.arange(1_000_000, dtype=np.float64)
+
+        self.weights = pb_utils.shared_array("weights", load)
+
+    def execute(self, requests):
+        time.sleep(0.3)  # so that two requests at once take both instances
+        facts = [os.getpid(), int(self.weights.flags.writeable), int(self.weights.sum())]
+        out = pb_utils.Tensor("FACTS", np.array([facts], dtype=np.int64))
+        return [pb_utils.InferenceResponse([out]) for _ in requests]
+"""
+
+
+def test_instances_share_one_copy_of_their_shared_arrays(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    repo, log = tmp_path / "repo", tmp_path / "loads.log"
+    models.write_python_model(
+        repo,
+        "shared",
+        SHARED_WEIGHTS,
+        'name: "shared"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "FACTS" data_type: TYPE_INT64 dims: [ 1, 3 ] } ]\n'
+        "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+        f'parameters {{ key: "log" value: {{ string_value: "{log}" }} }}\n',
+    )
+    server = start_server(place_python_models(repo, python_mode))
+    answers = asyncio.run(_facts_at_once(server.url, 2))
+    assert len(log.read_text().split()) == 1  # loaded by one instance only
+    expected = sum(range(1_000_000))
+    assert [(writable, total) for _, writable, total in answers] == [(0, expected)] * 2
+    if python_mode == "process":
+        assert len({pid for pid, _, _ in answers}) == 2  # two workers, one copy
+    assert server.process is not None
+    mine = f"convoy-shared-{server.process.pid}-"
+    assert [p for p in Path("/dev/shm").iterdir() if p.name.startswith(mine)]
+    assert server.stop() == 0
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(mine)]
+
+
+async def _facts_at_once(url: str, count: int) -> list[list[int]]:
+    async with aioclient.InferenceServerClient(url) as triton:
+
+        async def one() -> list[int]:
+            tensor = aioclient.InferInput("X", [4], "FP32")
+            tensor.set_data_from_numpy(np.zeros(4, np.float32))
+            facts: list[int] = (await triton.infer("shared", [tensor])).as_numpy("FACTS")[0]
+            return [int(value) for value in facts]
+
+        return await asyncio.gather(*(one() for _ in range(count)))

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backends import (
@@ -23,6 +23,7 @@ from backends import (
     Placement,
     PythonInstance,
     PythonSettings,
+    SharedArrays,
     prepare_inputs,
 )
 from batching import (
@@ -150,6 +151,7 @@ class _Opening:
     caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
     completion: AutoComplete  # what the model file may fill into the config
     limiter: RateLimiter | None  # the server's rate limiter (None: off)
+    shared: SharedArrays  # what a Python model's instances share (`pb_utils.shared_array`)
 
 
 async def _build_version(
@@ -171,7 +173,14 @@ async def _build_version(
     # Planned from the config as written: the first instance opens before auto-complete.
     placements = plan(config)
     opening = _Opening(
-        path, version, model_file, placements, model_caller(peers.resolve), completion, limiter
+        path,
+        version,
+        model_file,
+        placements,
+        model_caller(peers.resolve),
+        completion,
+        limiter,
+        SharedArrays(f"{config.name}-{version}"),
     )
     if previous is not None:
         if previous.source == source:
@@ -179,7 +188,8 @@ async def _build_version(
         if previous.source.file_stamp == source.file_stamp and _only_counts_differ(
             previous.source.config, source.config
         ):
-            await _resize(previous, config, source, opening)
+            # Instances added to the version share what its instances already share.
+            await _resize(previous, config, source, replace(opening, shared=_shared_of(previous)))
             return previous
     return await _new_version(config, source, opening)
 
@@ -288,10 +298,19 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
             config,
             PythonSettings.from_config(config),
             opening.caller,
+            opening.shared,
         )
     return await asyncio.to_thread(
         open_instance, config, name, opening.model_file, opening.placements[index]
     )
+
+
+def _shared_of(version: ModelVersion) -> SharedArrays:
+    """The arrays a loaded version's Python instances share (its own for any other version)."""
+    first = version.instances[0] if version.instances else None
+    if isinstance(first, PythonInstance) and first.shared is not None:
+        return first.shared
+    return SharedArrays(f"{version.name}-{version.version}")
 
 
 def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
