@@ -61,6 +61,14 @@ FRAMEWORKS = {
         session = ort.InferenceSession({path!r})
         self.run = lambda batch: session.run(None, {{self.input: batch}})[0]
 """,
+    # The same with one intra-op thread (scripts/python_bench.py --one-thread).
+    "onnxruntime-one-thread": """\
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession({path!r}, options)
+        self.run = lambda batch: session.run(None, {{self.input: batch}})[0]
+""",
     "pytorch": """\
         import torch
         module = torch.jit.load({path!r})
