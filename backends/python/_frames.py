@@ -1,0 +1,274 @@
+"""The framing both ends of a python worker's channel use: a socket for messages, shared memory
+for the arrays in them.
+
+Loaded by path in the worker (`_worker.py` imports nothing from Convoy), as a package module in
+the server.
+
+A message is a protocol-5 pickle whose arrays are out-of-band buffers, so the pickle holds only
+their shapes and dtypes. Each direction has a `Ring`: a memfd both processes map, where the
+sender copies a message's buffers and the socket carries their offsets and lengths only. The
+receiver releases a message's space in the order the messages came; a buffer that does not fit
+(the ring is full, or smaller than the buffer) travels inline on the socket instead, so a sender
+never waits for space.
+
+Who keeps what: the server copies what it receives out of the ring at once (its answers live on
+after the worker's next batch). The worker hands an execute message's arrays to `execute` as
+they lie in the ring, without a copy, and releases them once the batch is answered: for a model
+that is not decoupled when it sends "done" or "failed", for a decoupled one when, besides, every
+request has sent its final flag. What a model keeps of its inputs after that must be a copy.
+Anything else the worker receives (a BLS call's outputs) is copied out and released at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import mmap
+import os
+import pickle
+import socket
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RING_BYTES = 64 << 20  # each direction's shared memory; pages are touched only as used
+_ALIGN = 64
+_TAIL = struct.Struct("<Q")  # at offset 0: how far the receiver has released
+_DATA_START = _ALIGN
+_HEADER = struct.Struct("<IQQ?")  # buffer count, pickle length, ring end, lease (keep in ring)
+_BUFFER = struct.Struct("<QQ")  # one buffer's length, its ring offset + 1 (0: inline)
+_MAX_PARTS = 512  # buffers per sendmsg, well under the kernel's IOV_MAX
+
+
+def _aligned(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
+class Ring:
+    """One direction's shared memory; the sender appends, the receiver releases in order.
+
+    Positions only grow; a position's place in the data area is position % capacity. A message's
+    buffers lie contiguous (a message that would straddle the end starts again at the beginning,
+    and the skipped bytes are released with it), and when everything sent has been released the
+    next message starts at the beginning, so a steady load keeps touching the same pages."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd = fd
+        self._map = mmap.mmap(fd, size)
+        self._capacity = size - _DATA_START
+        self._head = 0  # the sender's next position
+        self._pending: collections.deque[list[Any]] = collections.deque()  # [end, released]
+        self._lock = threading.Lock()  # a decoupled model's threads release from their own
+
+    @classmethod
+    def create(cls, name: str, size: int = RING_BYTES) -> Ring:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            return cls(fd, size)
+        except OSError:
+            os.close(fd)
+            raise
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def size(self) -> int:
+        return self._capacity + _DATA_START
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        with contextlib.suppress(BufferError):  # a view still held: the map goes with it
+            self._map.close()
+        os.close(self._fd)
+        self._fd = -1
+
+    # The sender's side.
+
+    def place(self, raws: Sequence[memoryview]) -> tuple[list[int], int] | None:
+        """Copy `raws` into the ring: their offsets and the message's end position, or None
+        when they do not fit now (they go inline)."""
+        total = sum(_aligned(raw.nbytes) for raw in raws)
+        if not raws or total > self._capacity:
+            return None
+        (tail,) = _TAIL.unpack_from(self._map, 0)
+        start = self._head
+        if tail == start:  # everything released: begin again at the start of the area
+            start = tail = -(-start // self._capacity) * self._capacity
+        place = start % self._capacity
+        if place + total > self._capacity:
+            start += self._capacity - place
+            place = 0
+        if start + total - tail > self._capacity:
+            return None
+        offsets = []
+        for raw in raws:
+            at = _DATA_START + place
+            self._map[at : at + raw.nbytes] = raw.cast("B")
+            offsets.append(place)
+            place += _aligned(raw.nbytes)
+        self._head = start + total
+        return offsets, self._head
+
+    # The receiver's side.
+
+    def view(self, offset: int, length: int) -> memoryview:
+        if offset < 0 or length < 0 or offset + length > self._capacity:
+            raise ValueError(f"a buffer of {length} bytes at {offset} lies outside the ring")
+        return memoryview(self._map)[_DATA_START + offset : _DATA_START + offset + length]
+
+    def hold(self, end: int) -> list[Any]:
+        """Note a received message that reaches `end`; `release` it when it is no longer read."""
+        entry = [end, False]
+        with self._lock:
+            self._pending.append(entry)
+        return entry
+
+    def release(self, entry: list[Any]) -> None:
+        with self._lock:
+            entry[1] = True
+            tail = None
+            while self._pending and self._pending[0][1]:
+                tail = self._pending.popleft()[0]
+            if tail is not None:
+                _TAIL.pack_into(self._map, 0, tail)
+
+
+def write_message(
+    sock: socket.socket, message: object, ring: Ring | None = None, lease: bool = False
+) -> None:
+    """Send `message`, its arrays in `ring` where they fit; `lease`: the receiver may keep them
+    in the ring until it releases the message (an execute message's inputs)."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    raws = [buffer.raw() for buffer in buffers]
+    placed = ring.place(raws) if ring is not None else None
+    if placed is None:
+        offsets, end = [-1] * len(raws), 0
+        inline = raws
+    else:
+        (offsets, end), inline = placed, []
+    head = _HEADER.pack(len(raws), len(data), end, lease) + b"".join(
+        _BUFFER.pack(raw.nbytes, offset + 1) for raw, offset in zip(raws, offsets, strict=True)
+    )
+    _send_all(sock, [memoryview(head), memoryview(data), *inline])
+
+
+def read_frame(
+    read_exact: Callable[[int], bytearray], ring: Ring | None = None
+) -> tuple[bytearray, list[bytearray | memoryview], list[Any] | None, bool]:
+    """One message's pickle and its buffers, with the ring entry to release (None when nothing
+    of it lies in the ring) and whether the sender leased them; buffers in the ring are views
+    of it. The caller chooses how to unpickle."""
+    count, size, end, lease = _HEADER.unpack(read_exact(_HEADER.size))
+    descriptors = [_BUFFER.unpack(read_exact(_BUFFER.size)) for _ in range(count)]
+    data = read_exact(size)
+    buffers: list[bytearray | memoryview] = []
+    for length, offset in descriptors:
+        if offset == 0:
+            buffers.append(read_exact(length))
+        elif ring is None:
+            raise ValueError("the message points into shared memory this end does not have")
+        else:
+            buffers.append(ring.view(offset - 1, length))
+    entry = ring.hold(end) if ring is not None and end else None
+    return data, buffers, entry, lease
+
+
+def copied(
+    ring: Ring, buffers: list[bytearray | memoryview], entry: list[Any] | None
+) -> list[bytearray | memoryview]:
+    """`buffers` out of the ring, which then gets their space back."""
+    if entry is None:
+        return buffers
+    owned: list[bytearray | memoryview] = [bytearray(buffer) for buffer in buffers]
+    ring.release(entry)
+    return owned
+
+
+def _send_all(sock: socket.socket, parts: list[memoryview]) -> None:
+    while parts:
+        sent = sock.sendmsg(parts[:_MAX_PARTS])
+        while parts and sent >= parts[0].nbytes:
+            sent -= parts[0].nbytes
+            parts.pop(0)
+        if parts and sent:
+            parts[0] = parts[0][sent:]
+
+
+class WorkerChannel:
+    """The worker's end: one lock for sends (a decoupled model's threads send too); what an
+    execute message leased is released when its batch is answered (see the module's docs)."""
+
+    def __init__(self, sock: socket.socket, incoming: Ring, outgoing: Ring) -> None:
+        self._sock = sock
+        self._incoming = incoming
+        self._outgoing = outgoing
+        self._lock = threading.Lock()
+        self._batches: dict[int, _Batch] = {}  # leased batches not yet answered
+
+    def send(self, message: object) -> None:
+        with self._lock:
+            entry = self._answered(message)
+            if entry is not None:
+                # Before the send: the server writes the ring again only after this reply,
+                # and the send has read the outputs (which may be the inputs) by then.
+                self._incoming.release(entry)
+            write_message(self._sock, message, self._outgoing)
+
+    def receive(self) -> Any:
+        data, buffers, entry, lease = read_frame(self._read_exact, self._incoming)
+        if not lease:
+            buffers = copied(self._incoming, buffers, entry)
+        message = pickle.loads(data, buffers=buffers)
+        if lease and entry is not None:
+            with self._lock:
+                self._batches[message[1]] = _Batch(entry, len(message[2]))
+        return message
+
+    def _answered(self, message: object) -> list[Any] | None:
+        """The ring entry `message` completes the batch of, if it does."""
+        if not isinstance(message, tuple) or len(message) < 3:
+            return None
+        batch = self._batches.get(message[1])
+        if batch is None:
+            return None
+        if message[0] == "failed":
+            batch.returned = batch.decoupled_done = True
+        elif message[0] == "done":
+            batch.returned = True
+            batch.decoupled_done |= message[2] is not None  # payloads: not decoupled
+        elif message[0] == "response" and message[4]:
+            batch.finals.add(message[2])
+            batch.decoupled_done = len(batch.finals) >= batch.requests
+        if not (batch.returned and batch.decoupled_done):
+            return None
+        del self._batches[message[1]]
+        return batch.entry
+
+    def _read_exact(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        got = 0
+        while got < size:
+            count = self._sock.recv_into(view[got:])
+            if count == 0:
+                raise EOFError("the server closed the channel")
+            got += count
+        return buffer
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A leased execute message's batch until it is answered."""
+
+    entry: list[Any]  # its ring entry
+    requests: int
+    finals: set[int] = field(default_factory=set)  # requests that sent their final flag
+    returned: bool = False  # "done" or "failed" was sent
+    decoupled_done: bool = False  # every request's final flag was sent (or none is due)

@@ -1,0 +1,148 @@
+"""The python worker's framing: messages over a socket pair, their arrays in shared memory, and
+when the ring gives their space back."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from backends.python._frames import Ring, WorkerChannel, copied, read_frame, write_message
+
+SIZE = 64 + 4096  # a data area of 4 KiB
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _reader(sock: socket.socket):  # type: ignore[no-untyped-def]
+    def read_exact(size: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        got = 0
+        while got < size:
+            got += sock.recv_into(view[got:])
+        return buffer
+
+    return read_exact
+
+
+def _send_and_read(
+    pair: tuple[socket.socket, socket.socket], sender: Ring, receiver: Ring, message: object
+) -> tuple[object, list[bytearray | memoryview], object]:
+    write_message(pair[0], message, sender)
+    data, buffers, entry, _ = read_frame(_reader(pair[1]), receiver)
+    return pickle.loads(data, buffers=buffers), buffers, entry
+
+
+def test_arrays_travel_in_the_ring_and_only_descriptors_on_the_socket(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ring = Ring.create("test", SIZE)
+    other = Ring(os.dup(ring.fd), ring.size)  # the receiver's own mapping of the same memory
+    array = np.arange(256, dtype=np.float32).reshape(16, 16)
+    message, buffers, entry = _send_and_read(pair, ring, other, ("execute", 0, [{"X": array}]))
+    assert isinstance(message, tuple)
+    received = message[2][0]["X"]
+    np.testing.assert_array_equal(received, array)
+    assert isinstance(buffers[0], memoryview)  # a view of the shared memory, not a copy
+    assert received.flags.writeable  # inputs are the model's to write, as in Triton
+    pair[1].setblocking(False)
+    with pytest.raises(BlockingIOError):  # nothing of the array was left on the socket
+        pair[1].recv(1)
+    assert entry is not None
+    other.release(entry)  # type: ignore[arg-type]
+    ring.close()
+    other.close()
+
+
+def test_a_buffer_that_does_not_fit_goes_inline_and_the_space_comes_back_in_order(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ring = Ring.create("test", SIZE)
+    other = Ring(os.dup(ring.fd), ring.size)
+    big = np.ones(2048, dtype=np.uint8)  # half the area
+    first, _, held_first = _send_and_read(pair, ring, other, (big,))
+    second, _, held_second = _send_and_read(pair, ring, other, (big,))
+    third, buffers, held_third = _send_and_read(pair, ring, other, (big,))  # full: inline
+    assert held_third is None and isinstance(buffers[0], bytearray)
+    np.testing.assert_array_equal(third[0], big)  # type: ignore[index]
+    other.release(held_second)  # type: ignore[arg-type]
+    # The first message still holds its space, so the second's is not given back either.
+    assert ring.place([big.data]) is None
+    other.release(held_first)  # type: ignore[arg-type]
+    placed = ring.place([big.data])
+    assert placed is not None and placed[0] == [0]  # all released: the start again
+    for message in (first, second):
+        np.testing.assert_array_equal(message[0], big)  # type: ignore[index]
+    ring.close()
+    other.close()
+
+
+def test_the_server_copies_what_it_receives_and_frees_the_space_at_once(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ring = Ring.create("test", SIZE)
+    other = Ring(os.dup(ring.fd), ring.size)
+    array = np.full(1000, 7, dtype=np.int32)  # nearly the whole area
+    write_message(pair[0], (array,), ring)
+    data, buffers, entry, _ = read_frame(_reader(pair[1]), other)
+    owned = copied(other, buffers, entry)
+    assert all(isinstance(buffer, bytearray) for buffer in owned)
+    assert ring.place([array.data]) is not None  # the space is free again
+    np.testing.assert_array_equal(pickle.loads(data, buffers=owned)[0], array)
+    ring.close()
+    other.close()
+
+
+def test_a_descriptor_outside_the_ring_is_refused(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ring = Ring.create("test", SIZE)
+    with pytest.raises(ValueError, match="outside the ring"):
+        ring.view(4000, 200)
+    ring.close()
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_the_worker_releases_an_execute_message_when_its_batch_is_answered(
+    pair: tuple[socket.socket, socket.socket], decoupled: bool
+) -> None:
+    to_worker = Ring.create("in", SIZE)
+    to_server = Ring.create("out", SIZE)
+    incoming = Ring(os.dup(to_worker.fd), to_worker.size)
+    channel = WorkerChannel(pair[1], incoming, to_server)
+    inputs = [{"X": np.ones(512, dtype=np.uint8)}, {"X": np.zeros(512, dtype=np.uint8)}]
+    write_message(pair[0], ("execute", 3, inputs, ["Y"], [{}, {}]), to_worker, lease=True)
+    message = channel.receive()
+    assert message[2][1]["X"].sum() == 0
+    space = [np.ones(3100, dtype=np.uint8).data]  # fits only once the batch is released
+    assert to_worker.place(space) is None
+    if decoupled:
+        channel.send(("response", 3, 0, None, True))
+        channel.send(("done", 3, None, 1))  # returned, but request 1 has not finished
+        assert to_worker.place(space) is None
+        channel.send(("response", 3, 1, {"Y": message[2][1]["X"]}, True))
+    else:
+        channel.send(("done", 3, [{"Y": message[2][0]["X"]}, None], 1))
+    assert to_worker.place(space) is not None
+    read_exact = _reader(pair[0])
+    server_ring = Ring(os.dup(to_server.fd), to_server.size)
+    replies = []
+    for _ in range(3 if decoupled else 1):
+        data, buffers, entry, _ = read_frame(read_exact, server_ring)
+        replies.append(pickle.loads(data, buffers=copied(server_ring, buffers, entry)))
+    # What the worker sent was read before the inputs' space could be written again.
+    y = replies[-1][3]["Y"] if decoupled else replies[0][2][0]["Y"]
+    assert y.sum() == (0 if decoupled else 512)
+    for ring in (to_worker, to_server, server_ring, incoming):
+        ring.close()
