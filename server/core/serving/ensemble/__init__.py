@@ -9,6 +9,7 @@ from server.core.serving.ensemble._plan import (
     plan_ensemble,
 )
 from server.core.serving.ensemble._scheduler import EnsembleResult, EnsembleScheduler, StepRun
+from server.core.serving.ensemble._slots import StepSlots, step_producers
 
 __all__ = [
     "ENSEMBLE_PLATFORM",
@@ -17,7 +18,9 @@ __all__ = [
     "EnsembleScheduler",
     "Step",
     "StepRun",
+    "StepSlots",
     "composing_models",
     "is_ensemble",
     "plan_ensemble",
+    "step_producers",
 ]

@@ -23,6 +23,7 @@ from batching import (
 from server.contract.errors import ModelNotFoundError, ModelNotReadyError
 from server.contract.requests import InferOptions, SequenceFlags
 from server.core.serving.ensemble._plan import EnsemblePlan, Step
+from server.core.serving.ensemble._slots import StepSlots, step_producers
 from server.core.serving.servable import Servable
 from server.core.serving.submit import infer_on
 
@@ -58,13 +59,12 @@ class EnsembleScheduler:
         self._observer = observer
         self._closed = False
         self._in_flight = InFlight()
+        self._producers = step_producers(plan)
 
     async def start(self) -> None:
         self._in_flight.start()
-        bound = self._plan.max_inflight
-        self._gates = {
-            id(step): asyncio.Semaphore(bound) if bound > 0 else None for step in self._plan.steps
-        }
+        bound = self._plan.max_inflight  # 0: no limit
+        self._gates = tuple(asyncio.Semaphore(bound) for _ in self._plan.steps) if bound else ()
 
     @property
     def plan(self) -> EnsemblePlan:
@@ -113,33 +113,43 @@ class EnsembleScheduler:
         tensors: dict[str, npt.NDArray[Any]] = dict(inputs)
         # Optional inputs the request left out: the steps they feed run without them.
         absent = self._plan.optional - tensors.keys()
-        waiting = list(self._plan.steps)
-        running: dict[asyncio.Task[StepRun], Step] = {}
+        steps = self._plan.steps
+        waiting = list(range(len(steps)))
+        running: dict[asyncio.Task[StepRun], int] = {}
         runs: list[StepRun] = []
+        slots = StepSlots(self._gates, self._producers) if self._gates else None
+        finished: list[int] = []
         try:
             while waiting or running:
                 ready = [
-                    s
-                    for s in waiting
-                    if all(t in tensors or t in absent for t in s.inputs.values())
+                    i
+                    for i in waiting
+                    if all(t in tensors or t in absent for t in steps[i].inputs.values())
                 ]
-                for step in ready:
-                    waiting.remove(step)
-                    task = asyncio.create_task(self._step(step, tensors, options))
-                    running[task] = step
+                for i in ready:
+                    waiting.remove(i)
+                    task = asyncio.create_task(self._step(i, tensors, options, slots))
+                    running[task] = i
+                if slots is not None:  # the tasks just made have not taken their slots yet
+                    for i in finished:
+                        slots.finished(i, ready)
                 if not running:  # the plan was checked at load: every tensor has a producer
                     raise RuntimeError(f"ensemble '{self._plan.name}': no step can start")
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                finished = []
                 for task in done:
-                    step = running.pop(task)
+                    i = running.pop(task)
                     run = task.result()  # a failed step fails the request
                     runs.append(run)
-                    for output, tensor in step.outputs.items():
+                    finished.append(i)
+                    for output, tensor in steps[i].outputs.items():
                         tensors[tensor] = run.result.outputs[output]
         finally:
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
+            if slots is not None:
+                slots.release_all()
         results = [run.result for run in runs]
         outcome = EnsembleResult(
             outputs={name: tensors[name] for name in self._plan.outputs},
@@ -164,19 +174,21 @@ class EnsembleScheduler:
         return outcome
 
     async def _step(
-        self, step: Step, tensors: dict[str, npt.NDArray[Any]], options: InferOptions
+        self,
+        index: int,
+        tensors: dict[str, npt.NDArray[Any]],
+        options: InferOptions,
+        slots: StepSlots | None,
     ) -> StepRun:
+        step = self._plan.steps[index]
+        if slots is not None:
+            await slots.take(index)
         start_ns = time.monotonic_ns()
         target = self._resolve(step.model, step.version)
         arrays = {name: tensors[t] for name, t in step.inputs.items() if t in tensors}
         if self._hands_over_on_device(step):
             options = replace(options, device_outputs=True)
-        gate = self._gates[id(step)]
-        if gate is None:
-            result = await infer_on(target, arrays, list(step.outputs), options)
-        else:
-            async with gate:
-                result = await infer_on(target, arrays, list(step.outputs), options)
+        result = await infer_on(target, arrays, list(step.outputs), options)
         return StepRun(target.name, target.version, start_ns, time.monotonic_ns(), result)
 
     def _hands_over_on_device(self, step: Step) -> bool:
