@@ -1,11 +1,13 @@
-"""README's option tables, generated from the one option table the parser is built from
-(`server.options.OPTIONS`), so that the README cannot drift from the command line.
+"""The documentation's option tables, generated from the one option table the parser is built
+from (`server.options.OPTIONS`), so that the documentation cannot drift from the command line.
 
-    python scripts/options_table.py          # rewrite the tables in README.md
-    python scripts/options_table.py --check  # exit 1 if README.md is out of date
+    python scripts/options_table.py          # rewrite the tables in the pages
+    python scripts/options_table.py --check  # exit 1 if a page is out of date
 
-Two tables: Triton's options ("Coming from Triton": Triton's default, what the option does and
-what Convoy does with it), and Convoy's own options ("Command line")."""
+The command-line reference (docs/reference/command-line.md) has two tables: Convoy's own options,
+and Triton's options (Triton's default, what the option does and what Convoy does with it). The
+migration page (docs/triton/migration.md) has the lists a Triton user checks a command line
+against: the options with no effect, those refused, and the defaults `convoy serve` changes."""
 
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ if __package__ in (None, ""):
 
 from server.options import OPTIONS, Option, Profile, Support
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGE = DOCS / "reference" / "command-line.md"
+MIGRATION_PAGE = DOCS / "triton" / "migration.md"
 TRITON_TABLE = ("<!-- triton-options:begin -->", "<!-- triton-options:end -->")
 CONVOY_TABLE = ("<!-- convoy-options:begin -->", "<!-- convoy-options:end -->")
+CHECKLIST = ("<!-- triton-checklist:begin -->", "<!-- triton-checklist:end -->")
 
 
 def _code(text: str) -> str:
@@ -79,29 +84,65 @@ def convoy_table() -> str:
     return "\n".join(rows)
 
 
-def rendered(readme: str) -> str:
-    """The README with both tables replaced by the generated ones."""
-    for (begin, end), table in ((TRITON_TABLE, triton_table()), (CONVOY_TABLE, convoy_table())):
-        head, found, rest = readme.partition(begin)
+def checklist() -> str:
+    """Three lists: the Triton options Convoy accepts and ignores, those it refuses, and the
+    defaults `convoy serve` changes (`tritonserver` keeps Triton's)."""
+    ignored = [o for o in OPTIONS if o.support is Support.NO_EFFECT]
+    refused = [o for o in OPTIONS if o.support is Support.REFUSED]
+    changed = [o for o in OPTIONS if o.support is not Support.CONVOY and o.differs]
+    lines = [f"- **Accepted, no effect** ({len(ignored)} options; each is logged once at start):"]
+    lines += [f"    - {_flags(o)}: {o.behaviour}" for o in ignored]
+    lines.append(f"- **Refused** unless given Triton's default ({len(refused)} options):")
+    lines += [f"    - {_flags(o)} other than `{_value(o.default)}`: {o.behaviour}" for o in refused]
+    lines.append(
+        f"- **Defaults `convoy serve` changes** ({len(changed)} options; `tritonserver` keeps "
+        "Triton's):"
+    )
+    lines += [
+        f"    - {_flags(o)}: Triton `{_value(o.default)}`, `convoy serve` "
+        f"`{_value(o.convoy_default)}`"
+        for o in changed
+    ]
+    return "\n".join(lines)
+
+
+def _replace(page: str, name: str, blocks: tuple[tuple[tuple[str, str], str], ...]) -> str:
+    for (begin, end), table in blocks:
+        head, found, rest = page.partition(begin)
         if not found or end not in rest:
-            raise SystemExit(f"README.md has no {begin} ... {end} block")
-        readme = f"{head}{begin}\n{table}\n{end}{rest.partition(end)[2]}"
-    return readme
+            raise SystemExit(f"{name} has no {begin} ... {end} block")
+        page = f"{head}{begin}\n{table}\n{end}{rest.partition(end)[2]}"
+    return page
+
+
+def rendered(page: str) -> str:
+    """The command-line reference with both tables replaced by the generated ones."""
+    return _replace(
+        page, PAGE.name, ((TRITON_TABLE, triton_table()), (CONVOY_TABLE, convoy_table()))
+    )
+
+
+def rendered_migration(page: str) -> str:
+    """The migration page with its checklist replaced by the generated one."""
+    return _replace(page, MIGRATION_PAGE.name, ((CHECKLIST, checklist()),))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if README.md is stale")
+    parser.add_argument("--check", action="store_true", help="fail if the page is stale")
     args = parser.parse_args()
-    current = README.read_text(encoding="utf-8")
-    wanted = rendered(current)
-    if args.check:
-        if wanted != current:
-            print("README.md's option tables are stale: run scripts/options_table.py")
-            return 1
-        return 0
-    README.write_text(wanted, encoding="utf-8")
-    return 0
+    stale = 0
+    for path, render in ((PAGE, rendered), (MIGRATION_PAGE, rendered_migration)):
+        current = path.read_text(encoding="utf-8")
+        wanted = render(current)
+        if wanted == current:
+            continue
+        if args.check:
+            print(f"{path}'s option tables are stale: run scripts/options_table.py")
+            stale = 1
+        else:
+            path.write_text(wanted, encoding="utf-8")
+    return stale
 
 
 if __name__ == "__main__":
