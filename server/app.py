@@ -69,6 +69,7 @@ class App:
             limiter=rate_limiter(settings),
             config_name=settings.model_config_name,
             load_retries=settings.model_load_retries,
+            latency_histograms=settings.latency_histograms and settings.allow_metrics,
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(
@@ -110,6 +111,7 @@ class App:
             options = MetricsOptions(
                 counter_latencies=settings.counter_latencies,
                 histograms=settings.histogram_metrics,
+                latency_histograms=settings.latency_histograms,
                 cpu=settings.allow_cpu_metrics,
                 gpu=settings.allow_gpu_metrics,
                 interval_ms=settings.metrics_interval_ms,

@@ -50,6 +50,8 @@ class ServerSettings:
     allow_gpu_metrics: bool = True  # nv_gpu_* through NVML, where present
     counter_latencies: bool = True  # Triton's *_duration_us counters (--metrics-config)
     histogram_metrics: bool = True  # Convoy's batch-size and latency histograms (--metrics-config)
+    # Triton's nv_inference_*_histogram_* families: only when histogram_latencies=true is given.
+    latency_histograms: bool = False
     trace: TraceSettings = field(default_factory=TraceSettings)
     memory_budget_bytes: int | None = None  # None: no budget
     evict_lru: bool = False  # make room under the budget by unloading idle models

@@ -12,11 +12,12 @@ receiver releases a message's space in the order the messages came; a buffer tha
 never waits for space.
 
 Who keeps what: the server copies what it receives out of the ring at once (its answers live on
-after the worker's next batch). The worker hands an execute message's arrays to `execute` as
-they lie in the ring, without a copy, and releases them once the batch is answered: for a model
-that is not decoupled when it sends "done" or "failed", for a decoupled one when, besides, every
-request has sent its final flag. What a model keeps of its inputs after that must be a copy.
-Anything else the worker receives (a BLS call's outputs) is copied out and released at once.
+after the worker's next batch). The worker hands the arrays of what the server leases (an
+execute message's inputs, and the outputs of the BLS calls its model makes meanwhile) to the
+model as they lie in the ring, without a copy, and releases them once the batch is answered: for
+a model that is not decoupled when it sends "done" or "failed", for a decoupled one when,
+besides, every request has sent its final flag. What a model keeps of them after that must be a
+copy.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ RING_BYTES = 64 << 20  # each direction's shared memory; pages are touched only 
 _ALIGN = 64
 _TAIL = struct.Struct("<Q")  # at offset 0: how far the receiver has released
 _DATA_START = _ALIGN
-_HEADER = struct.Struct("<IQQ?")  # buffer count, pickle length, ring end, lease (keep in ring)
+_HEADER = struct.Struct("<IQQB")  # buffer count, pickle length, ring end, lease (below)
+# What the worker may keep in the ring until the batch is answered: an execute message's inputs
+# (a new batch), a BLS call's outputs (the batch executing now).
+LEASE_NONE, LEASE_NEW_BATCH, LEASE_TO_BATCH = 0, 1, 2
 _BUFFER = struct.Struct("<QQ")  # one buffer's length, its ring offset + 1 (0: inline)
 _MAX_PARTS = 512  # buffers per sendmsg, well under the kernel's IOV_MAX
 
@@ -140,10 +144,10 @@ class Ring:
 
 
 def write_message(
-    sock: socket.socket, message: object, ring: Ring | None = None, lease: bool = False
+    sock: socket.socket, message: object, ring: Ring | None = None, lease: int = LEASE_NONE
 ) -> None:
-    """Send `message`, its arrays in `ring` where they fit; `lease`: the receiver may keep them
-    in the ring until it releases the message (an execute message's inputs)."""
+    """Send `message`, its arrays in `ring` where they fit; `lease`: how long the receiver may
+    keep them there (the LEASE_* values)."""
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
     raws = [buffer.raw() for buffer in buffers]
@@ -161,10 +165,10 @@ def write_message(
 
 def read_frame(
     read_exact: Callable[[int], bytearray], ring: Ring | None = None
-) -> tuple[bytearray, list[bytearray | memoryview], list[Any] | None, bool]:
+) -> tuple[bytearray, list[bytearray | memoryview], list[Any] | None, int]:
     """One message's pickle and its buffers, with the ring entry to release (None when nothing
     of it lies in the ring) and whether the sender leased them; buffers in the ring are views
-    of it. The caller chooses how to unpickle."""
+    of it; the lease the sender gave. The caller chooses how to unpickle."""
     count, size, end, lease = _HEADER.unpack(read_exact(_HEADER.size))
     descriptors = [_BUFFER.unpack(read_exact(_BUFFER.size)) for _ in range(count)]
     data = read_exact(size)
@@ -211,28 +215,34 @@ class WorkerChannel:
         self._outgoing = outgoing
         self._lock = threading.Lock()
         self._batches: dict[int, _Batch] = {}  # leased batches not yet answered
+        self._executing: _Batch | None = None  # the latest; a BLS call's outputs belong to it
 
     def send(self, message: object) -> None:
         with self._lock:
-            entry = self._answered(message)
-            if entry is not None:
+            batch = self._answered(message)
+            if batch is not None:
                 # Before the send: the server writes the ring again only after this reply,
                 # and the send has read the outputs (which may be the inputs) by then.
-                self._incoming.release(entry)
+                for entry in batch.entries:
+                    self._incoming.release(entry)
             write_message(self._sock, message, self._outgoing)
 
     def receive(self) -> Any:
         data, buffers, entry, lease = read_frame(self._read_exact, self._incoming)
-        if not lease:
-            buffers = copied(self._incoming, buffers, entry)
-        message = pickle.loads(data, buffers=buffers)
-        if lease and entry is not None:
-            with self._lock:
-                self._batches[message[1]] = _Batch(entry, len(message[2]))
+        with self._lock:
+            batch = self._executing if lease == LEASE_TO_BATCH else None
+            if entry is None or (lease != LEASE_NEW_BATCH and batch is None):
+                buffers = copied(self._incoming, buffers, entry)
+                entry = None
+            message = pickle.loads(data, buffers=buffers)
+            if entry is not None and lease == LEASE_NEW_BATCH:
+                self._executing = self._batches[message[1]] = _Batch([entry], len(message[2]))
+            elif entry is not None and batch is not None:
+                batch.entries.append(entry)
         return message
 
-    def _answered(self, message: object) -> list[Any] | None:
-        """The ring entry `message` completes the batch of, if it does."""
+    def _answered(self, message: object) -> _Batch | None:
+        """The batch `message` completes, if it does."""
         if not isinstance(message, tuple) or len(message) < 3:
             return None
         batch = self._batches.get(message[1])
@@ -249,7 +259,9 @@ class WorkerChannel:
         if not (batch.returned and batch.decoupled_done):
             return None
         del self._batches[message[1]]
-        return batch.entry
+        if batch is self._executing:
+            self._executing = None
+        return batch
 
     def _read_exact(self, size: int) -> bytearray:
         buffer = bytearray(size)
@@ -267,7 +279,7 @@ class WorkerChannel:
 class _Batch:
     """A leased execute message's batch until it is answered."""
 
-    entry: list[Any]  # its ring entry
+    entries: list[list[Any]]  # its ring entries: the execute message's, then its calls'
     requests: int
     finals: set[int] = field(default_factory=set)  # requests that sent their final flag
     returned: bool = False  # "done" or "failed" was sent

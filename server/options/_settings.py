@@ -56,6 +56,7 @@ def settings_from(
         allow_gpu_metrics=values["allow_gpu_metrics"],
         counter_latencies=bool(metrics.get("counter_latencies", True)),
         histogram_metrics=bool(metrics.get("histogram_latencies", True)),
+        latency_histograms=metrics.get("histogram_latencies") is True,
         summary_latencies=bool(metrics.get("summary_latencies", False)),
         summary_quantiles=metrics.get("summary_quantiles", ()),  # type: ignore[arg-type]
         trace=TraceSettings.parse(_trace_entries(values), environment),

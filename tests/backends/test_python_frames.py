@@ -11,7 +11,16 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from backends.python._frames import Ring, WorkerChannel, copied, read_frame, write_message
+from backends.python._frames import (
+    LEASE_NEW_BATCH,
+    LEASE_NONE,
+    LEASE_TO_BATCH,
+    Ring,
+    WorkerChannel,
+    copied,
+    read_frame,
+    write_message,
+)
 
 SIZE = 64 + 4096  # a data area of 4 KiB
 
@@ -122,7 +131,7 @@ def test_the_worker_releases_an_execute_message_when_its_batch_is_answered(
     incoming = Ring(os.dup(to_worker.fd), to_worker.size)
     channel = WorkerChannel(pair[1], incoming, to_server)
     inputs = [{"X": np.ones(512, dtype=np.uint8)}, {"X": np.zeros(512, dtype=np.uint8)}]
-    write_message(pair[0], ("execute", 3, inputs, ["Y"], [{}, {}]), to_worker, lease=True)
+    write_message(pair[0], ("execute", 3, inputs, ["Y"], [{}, {}]), to_worker, LEASE_NEW_BATCH)
     message = channel.receive()
     assert message[2][1]["X"].sum() == 0
     space = [np.ones(3100, dtype=np.uint8).data]  # fits only once the batch is released
@@ -145,4 +154,28 @@ def test_the_worker_releases_an_execute_message_when_its_batch_is_answered(
     y = replies[-1][3]["Y"] if decoupled else replies[0][2][0]["Y"]
     assert y.sum() == (0 if decoupled else 512)
     for ring in (to_worker, to_server, server_ring, incoming):
+        ring.close()
+
+
+def test_a_bls_calls_outputs_stay_in_the_ring_until_the_batch_is_answered(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    to_worker = Ring.create("in", SIZE)
+    incoming = Ring(os.dup(to_worker.fd), to_worker.size)
+    to_server = Ring.create("out", SIZE)
+    channel = WorkerChannel(pair[1], incoming, to_server)
+    execute: tuple[object, ...] = ("execute", 0, [{"X": np.ones(8)}], ["Y"], [{}])
+    write_message(pair[0], execute, to_worker, LEASE_NEW_BATCH)
+    channel.receive()
+    outputs = {"Y": np.full(256, 3, dtype=np.uint8)}
+    write_message(pair[0], ("called", 0, outputs), to_worker, LEASE_TO_BATCH)
+    called = channel.receive()
+    assert called[2]["Y"].base is not None  # over the ring, not a copy
+    write_message(pair[0], ("called", 1, "failed"), to_worker, LEASE_NONE)
+    assert channel.receive()[2] == "failed"
+    space = [np.ones(3900, dtype=np.uint8).data]
+    assert to_worker.place(space) is None
+    channel.send(("done", 0, [{"Y": called[2]["Y"]}], 1))
+    assert to_worker.place(space) is not None
+    for ring in (to_worker, incoming, to_server):
         ring.close()

@@ -9,7 +9,6 @@ rendered here.
 
 from __future__ import annotations
 
-import math
 import socket
 import threading
 import time
@@ -22,11 +21,12 @@ from prometheus_client.registry import Collector
 
 from server.core.cache import ResponseCache
 from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_FAMILIES
+from server.core.metrics.histograms import add_histogram, latency_families, number
 from server.core.metrics.limiter import resource_wait_families
 from server.core.metrics.load import load_families
 from server.core.metrics.samplers import CpuSampler, GpuSampler
 from server.core.metrics.summaries import DEFAULT_QUANTILES, summary_families
-from server.core.observability.stats import Histogram
+from server.core.observability.histograms import Histogram
 from server.core.repository import ModelVersion, Repository
 
 # (name, type, help, value of one model version)
@@ -104,6 +104,7 @@ class MetricsOptions:
 
     counter_latencies: bool = True  # Triton's cumulative *_duration_us counters
     histograms: bool = True  # Convoy's batch-size and request-latency histograms
+    latency_histograms: bool = False  # Triton's nv_inference_*_histogram_* (versions observe)
     cpu: bool = True  # nv_cpu_utilization and nv_cpu_memory_*_bytes
     gpu: bool = True  # nv_gpu_* through NVML, where a driver and nvidia-ml-py are present
     interval_ms: int = 2000  # CPU and GPU samples are taken again only after this long
@@ -149,6 +150,8 @@ class StatsCollector(Collector):
                 versions,
                 lambda v: v.stats.request_us,
             )
+        if self._options.latency_histograms:
+            yield from latency_families(versions)
         if self._options.summaries:
             yield from summary_families(versions, self._options.quantiles or DEFAULT_QUANTILES)
         yield from self._machine_families()
@@ -214,16 +217,7 @@ def _histogram(
 ) -> Metric:
     family = Metric(name, documentation, "histogram")
     for version in versions:
-        labels = _labels(version)
-        histogram = histogram_of(version)
-        counts = list(histogram.counts)  # a snapshot: the loop may observe meanwhile
-        cumulative = 0
-        for bound, count in zip([*histogram.bounds, math.inf], counts, strict=True):
-            cumulative += count
-            le = "+Inf" if bound == math.inf else _number(bound)
-            family.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)
-        family.add_sample(f"{name}_count", labels, cumulative)
-        family.add_sample(f"{name}_sum", labels, histogram.total)
+        add_histogram(family, _labels(version), histogram_of(version))
     return family
 
 
@@ -241,13 +235,8 @@ def render(families: Iterable[Metric]) -> str:
         for sample in family.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
             selector = f"{{{labels}}}" if labels else ""
-            lines.append(f"{sample.name}{selector} {_number(sample.value)}")
+            lines.append(f"{sample.name}{selector} {number(sample.value)}")
     return "\n".join(lines) + "\n"
-
-
-def _number(value: float) -> str:
-    # Counts stay exact integers; everything else in Python's shortest round-trip form.
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _escape(value: str) -> str:

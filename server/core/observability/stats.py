@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
 import time
 from dataclasses import dataclass, field
 
 from batching import ExecutionRecord, RequestResult
+from server.core.observability.histograms import Histogram, LatencyHistograms
 from server.core.observability.windows import LatencyWindows
 
 
@@ -28,23 +28,6 @@ LATENCY_BUCKETS_US = (
     1_000_000, 2_500_000, 5_000_000, 10_000_000,
 )  # fmt: skip
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-@dataclass(slots=True)
-class Histogram:
-    """Counts per bucket (the last one is +Inf) and the sum of what was observed."""
-
-    bounds: tuple[float, ...]  # ascending upper bounds, +Inf implied after the last
-    counts: list[int] = field(default_factory=list)  # not cumulative; len(bounds) + 1
-    total: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.bounds) + 1)
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
 
 
 @dataclass(slots=True)
@@ -78,6 +61,9 @@ class ModelStats:
     # Recent latencies for Triton's summaries; the metrics collector sets them when summaries
     # are on (None: nothing is kept).
     windows: LatencyWindows | None = None
+    # Triton's latency histograms; the repository sets them at load when the server exports
+    # them (--metrics-config histogram_latencies=true; None: nothing is observed).
+    latency: LatencyHistograms | None = None
 
     def record_execution(self, record: ExecutionRecord) -> None:
         if not record.succeeded:
@@ -100,6 +86,16 @@ class ModelStats:
         self.compute_infer.add(result.compute_infer_ns)
         self.compute_output.add(result.compute_output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.latency is not None:
+            self.latency.record_success(
+                request_ns,
+                (
+                    result.queue_ns,
+                    result.compute_input_ns,
+                    result.compute_infer_ns,
+                    result.compute_output_ns,
+                ),
+            )
         if self.windows is not None:
             durations = (
                 result.queue_ns,
@@ -117,9 +113,13 @@ class ModelStats:
         self.queue.add(0)
         self.cache_hit.add(lookup_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.latency is not None:
+            self.latency.record_answer(request_ns)
 
     def record_failure(self, request_ns: int, reason: str) -> None:
         """A failed request; `reason` is REJECTED, CANCELED, BACKEND or OTHER, as Triton's."""
         self.fail.add(request_ns)
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.latency is not None and reason != "CANCELED":  # a cancelled one gets no answer
+            self.latency.record_answer(request_ns)

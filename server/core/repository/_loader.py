@@ -37,6 +37,7 @@ from batching import (
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError, ServerError
 from server.contract.model_io import ModelIO
+from server.core.observability.histograms import LatencyHistograms, histogram_buckets
 from server.core.observability.stats import ModelStats
 from server.core.repository._autocomplete import (
     DEFAULT_AUTO_COMPLETE,
@@ -104,15 +105,18 @@ async def build_model(
     completion: AutoComplete = DEFAULT_AUTO_COMPLETE,
     limiter: RateLimiter | None = None,
     config_name: str | None = None,
+    latency_histograms: bool = False,
 ) -> Built:
     """Build the versions the policy selects; `current` ones are kept if nothing changed;
-    `config_name` picks `configs/<name>.pbtxt` over config.pbtxt where a model has it."""
+    `config_name` picks `configs/<name>.pbtxt` over config.pbtxt where a model has it;
+    `latency_histograms`: new versions observe Triton's latency histograms."""
     built = Built()
     try:
         raw = override if override is not None else read_config(path, config_name)
         raw = raw or mc.ModelConfig()
         config = fill_identity(detect_backend(raw, path), name)
         check_backend(config)
+        histogram_buckets(config)  # bad buckets fail the model, histograms on or off
         versions = select_versions(name, config.version_policy, list_versions(path))
     except (ServerError, OSError) as exc:
         built.statuses.append(VersionStatus(None, ModelState.UNAVAILABLE, str(exc)))
@@ -132,6 +136,8 @@ async def build_model(
                     config, path, version, previous, peers, completion, limiter
                 )
             loaded.labels = labels
+            if latency_histograms and loaded.stats.latency is None:
+                loaded.stats.latency = LatencyHistograms.from_config(loaded.config)
         except (ServerError, BackendError, BatchingError, OSError) as exc:
             built.statuses.append(VersionStatus(version, ModelState.UNAVAILABLE, str(exc)))
             continue

@@ -62,10 +62,12 @@ class Repository:
         limiter: RateLimiter | None = None,
         config_name: str | None = None,
         load_retries: int = 0,
+        latency_histograms: bool = False,
     ) -> None:
         self._sources = Sources(roots)  # local directories, and mirrors of cloud repositories
         self._config_name = config_name  # configs/<name>.pbtxt over config.pbtxt (Triton's)
         self._load_retries = load_retries  # a failed build is tried again this many times
+        self._latency_histograms = latency_histograms  # versions observe Triton's histograms
         self._cache = cache  # the server's response cache, for the versions that enable it
         self._limiter = limiter  # the rate limiter every instance registers with (None: off)
         self._completion = completion  # what model files may fill into configs
@@ -237,6 +239,7 @@ class Repository:
                 completion=self._completion,
                 limiter=self._limiter,
                 config_name=self._config_name,
+                latency_histograms=self._latency_histograms,
             )
 
         built = await build()

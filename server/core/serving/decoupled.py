@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -58,6 +59,7 @@ class DecoupledRouter:
         self._sinks[token] = sink
         tagged = replace(options, parameters={**options.parameters, _TOKEN: token})
         running = asyncio.create_task(submit(target, arrays, batch_size, tagged))
+        histograms, started_ns = target.stats.latency, time.monotonic_ns()
         try:
             while True:
                 taking = asyncio.ensure_future(sink.get())
@@ -65,10 +67,15 @@ class DecoupledRouter:
                 if not taking.done():  # finished without a final response: it failed to run
                     taking.cancel()
                     if sink.empty():
+                        if histograms is not None:  # its error is its first response
+                            histograms.record_first_response(time.monotonic_ns() - started_ns)
                         await running  # raises the reason (queue full, timeout, closed ...)
                         return
                     taking = asyncio.ensure_future(sink.get())
                 item = await taking
+                if histograms is not None:
+                    histograms.record_first_response(time.monotonic_ns() - started_ns)
+                    histograms = None  # only the first
                 yield item
                 if item.final:
                     return
