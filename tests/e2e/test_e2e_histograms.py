@@ -35,7 +35,6 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
-STALL_US = 400_000
 
 FIRST = "nv_inference_first_response_histogram_ms"
 PHASES = (
@@ -145,9 +144,9 @@ def test_histograms_have_the_configured_buckets_after_traffic(
     stream = {"model": "stream", "version": "1"}
     assert _les(page, FIRST, "stream") == ["250", "1000", "+Inf"]
     assert metric(page, f"{FIRST}_count", **stream) == 2
-    assert metric(page, f"{FIRST}_bucket", le="250", **stream) >= 1  # the second may queue
-    first_us = metric(page, f"{FIRST}_sum", **stream) * 1000
-    assert metric(page, f"{PHASES[0]}_sum", **stream) >= first_us + STALL_US * 0.75
+    # The first runs at once, its first response long before the final flag (the second may
+    # queue behind it); a stream that ended at its final flag would be in le=1000.
+    assert metric(page, f"{FIRST}_bucket", le="250", **stream) >= 1
 
     # Buckets that do not ascend fail the model's load with a message that says so.
     assert "bad_buckets" not in re.findall(r'model="([^"]+)"', page)
