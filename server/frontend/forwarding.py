@@ -7,7 +7,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from server.contract.requests import InferOptions, model_parameters
+from server.contract.errors import InvalidInputError
+from server.contract.requests import RESERVED_PARAMETERS, InferOptions, model_parameters
 
 
 class HeaderForwarding:
@@ -30,6 +31,18 @@ class HeaderForwarding:
         found = [(str(k), str(v)) for k, v in headers if isinstance(v, str) and regex.search(k)]
         if not found:
             return options
-        # After the request's own parameters, as Triton adds them: a header wins a clash. The
-        # names Triton reserves (priority, sequence_id, triton_...) are never the model's.
+        for name, _ in found:  # refused as Triton 2.69 refuses them (server #8763)
+            if _reserved(name):
+                raise InvalidInputError(
+                    f"header '{name}' matches the header forward pattern, but '{name}' is a "
+                    "parameter key reserved for Triton usage and cannot be forwarded"
+                )
+        # After the request's own parameters, as Triton adds them: a header wins a clash.
         return replace(options, parameters={**options.parameters, **model_parameters(found)})
+
+
+def _reserved(name: str) -> bool:
+    """Whether a header's name is a request parameter key Triton keeps for itself (header
+    names compare case-insensitively)."""
+    key = name.lower()
+    return key in RESERVED_PARAMETERS or key.startswith("triton_")

@@ -85,7 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConvoyServer]:
     # One request executing and one queued at most; the others are refused.
     queue = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
     models.write_python_model(repo, "narrow", ADD_ONE, _step("narrow", QUEUED_S, queue))
-    _ensemble(repo, "through_narrow", ["fast", "narrow"])
+    _ensemble(repo, "through_narrow", ["fast", "narrow"], "max_inflight_requests: 4")
     log = tmp_path_factory.mktemp("log") / "server.log"
     started = ConvoyServer(place_python_models(repo, "in-process"), log).start()
     try:

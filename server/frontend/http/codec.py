@@ -29,6 +29,10 @@ from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+# Triton's limit on how deeply a tensor's JSON `data` nests, and its words (server #8172, 2.58);
+# a body nested past what the JSON parser itself takes is refused with them too.
+MAX_JSON_DEPTH = 100
+JSON_TOO_DEEP = f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
 
 JsonObject = dict[str, Any]
 
@@ -64,6 +68,8 @@ def parse_json(data: bytes) -> JsonObject:
         parsed = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidInputError(f"the request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidInputError(JSON_TOO_DEEP) from exc
     if not isinstance(parsed, dict):
         raise InvalidInputError(f"the request body must be a JSON object, got {parsed!r:.80}")
     return parsed
@@ -162,10 +168,12 @@ def decode_inputs(request: JsonObject, binary: bytes, model: str) -> list[InferI
     return decoded
 
 
-def _flatten(data: Any, into: list[Any]) -> list[Any]:
+def _flatten(data: Any, into: list[Any], depth: int) -> list[Any]:
     if isinstance(data, list):
+        if depth >= MAX_JSON_DEPTH:
+            raise InvalidInputError(JSON_TOO_DEEP)
         for item in data:
-            _flatten(item, into)
+            _flatten(item, into, depth + 1)
     else:
         into.append(data)
     return into
@@ -175,7 +183,7 @@ def decode_json_data(
     data: Any, datatype: DataType, shape: tuple[int, ...], where: str
 ) -> npt.NDArray[Any]:
     """JSON values (a scalar, or lists nested in any way) as an array of `shape`."""
-    values = _flatten(data, [])
+    values = _flatten(data, [], 0)
     if datatype.wire == "BYTES":
         if not all(isinstance(v, str) for v in values):
             raise InvalidInputError(f"{where}: BYTES values in 'data' must be strings")

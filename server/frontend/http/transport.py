@@ -35,6 +35,10 @@ KEEPALIVE_S = 75.0  # an idle keep-alive connection closes after this long, as a
 _SWEEP_S = 5.0  # how often idle connections are looked for
 _MAX_PIPELINED = 16  # requests parsed ahead of their answer before reading pauses
 MAX_HEAD_BYTES = 64 * 1024  # a request's target and headers together, at most
+# Chunks of one chunked body, at most, as Triton caps them (server #8770): each one costs a
+# callback and a piece kept until the body is whole, whatever its size.
+MAX_CHUNKS = 1 << 16
+TOO_MANY_CHUNKS = f"the chunked request body has more than {MAX_CHUNKS} chunks"
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS}
 
@@ -93,16 +97,25 @@ class HttpServer:
         self._sweeper = loop.create_task(self._sweep())
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop listening, let the answers under way finish (bounded), then close every
-        connection."""
+    def drain(self) -> None:
+        """Stop listening (a new connection is refused); an idle connection closes now, a busy
+        one after its answer, which says `Connection: close`."""
         self.closing = True
         if self._server is not None:
             self._server.close()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
         for connection in list(self.connections):
             connection.close_if_idle()
+
+    @property
+    def answering(self) -> int:
+        """Requests being answered now."""
+        return len(self._answering)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Drain, let the answers under way finish (bounded), then close every connection."""
+        self.drain()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._answering:
             await asyncio.wait(set(self._answering), timeout=grace_s)
         for connection in list(self.connections):
@@ -196,6 +209,7 @@ class _Connection(asyncio.Protocol):
         self._size_bytes = 0
         self._head_bytes = 0
         self._too_large = False
+        self._chunks = 0  # chunk headers of the body being read, its last (empty) one too
 
     # asyncio.Protocol
 
@@ -249,6 +263,7 @@ class _Connection(asyncio.Protocol):
         self._size_bytes = 0
         self._head_bytes = 0
         self._too_large = False
+        self._chunks = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -272,8 +287,13 @@ class _Connection(asyncio.Protocol):
             elif lowered == "content-length" and is_digits(value):
                 self._too_large = int(value) > self._server.max_body_bytes
 
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
+        if self._chunks > MAX_CHUNKS + 1:  # the last, empty chunk is not counted
+            self._body = []  # the rest is read and dropped
+
     def on_body(self, body: bytes) -> None:
-        if self._too_large:
+        if self._too_large or self._chunks > MAX_CHUNKS + 1:
             return  # read and dropped: the answer is a refusal
         self._size_bytes += len(body)
         if self._size_bytes > self._server.max_body_bytes:
@@ -287,8 +307,17 @@ class _Connection(asyncio.Protocol):
         keep_alive = self._parser.should_keep_alive()
         body = b"".join(self._body)
         self._body = []
+        refusal = TOO_MANY_CHUNKS if self._chunks > MAX_CHUNKS + 1 else None
         self._queue(
-            _Parsed(method, self._url, Headers(self._headers), body, self._too_large, keep_alive)
+            _Parsed(
+                method,
+                self._url,
+                Headers(self._headers),
+                body,
+                self._too_large,
+                keep_alive,
+                refusal,
+            )
         )
 
     # answering
