@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# THE test command: lint, format check, import contracts, types, tests. CI runs it via .ci/run.
+# THE test command: lint, format check, import contracts, types, the documentation site, tests.
+# CI runs it via .ci/run.
 # Usage: scripts/test.sh [PYTEST_ARGS...]
 set -euo pipefail
 
@@ -20,11 +21,16 @@ step() {
     echo "    ${name}: ok ($((SECONDS - start_s)) s)"
 }
 
-# The pytorch and openvino extras too: their backends' tests must run here, not skip.
-step "pip install -e .[dev,pytorch,openvino]" python -m pip install --quiet \
-    --disable-pip-version-check -e '.[dev,pytorch,openvino]'
+# The pytorch and openvino extras too: their backends' tests must run here, not skip; and the
+# docs extra, which builds the site.
+step "pip install -e .[dev,pytorch,openvino,docs]" python -m pip install --quiet \
+    --disable-pip-version-check -e '.[dev,pytorch,openvino,docs]'
 step "ruff check" ruff check .
 step "ruff format --check" ruff format --check .
 step "lint-imports" lint-imports
 step "mypy" mypy
+# The documentation site into site/ (ignored by git): a broken link, a missing page or a page
+# left out of the navigation fails it. tests/docs then opens every page in headless Chromium.
+export DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1  # the theme's and a plugin's banners
+step "mkdocs build --strict" mkdocs build --strict --quiet
 step "pytest" python -m pytest -q "$@"
