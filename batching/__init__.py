@@ -7,12 +7,15 @@ from batching.batcher import Batcher
 from batching.errors import (
     BatcherClosedError,
     BatchingError,
+    DeadlineExceededError,
     ExecutorContractError,
+    LatencyTargetError,
     PolicyError,
     QueueFullError,
     RequestTimeoutError,
     SequenceError,
 )
+from batching.fair import FairLine
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate, RateLimiter, ResourceWait
 from batching.messages import (
@@ -33,7 +36,7 @@ from batching.policy import (
     TimeoutAction,
     next_batch,
 )
-from batching.queue import Queued, RequestQueue
+from batching.queue import Queued, RequestQueue, split_expired
 from batching.rate_limit import ExplicitCount, Needs, parse_explicit
 from batching.sequence import (
     Control,
@@ -55,14 +58,17 @@ __all__ = [
     "Candidate",
     "Control",
     "ControlKind",
+    "DeadlineExceededError",
     "Decision",
     "ExecutionGate",
     "ExecutionRecord",
     "Executor",
     "ExecutorContractError",
     "ExplicitCount",
+    "FairLine",
     "ImplicitState",
     "InFlight",
+    "LatencyTargetError",
     "Needs",
     "Outcome",
     "Parameters",
@@ -86,4 +92,5 @@ __all__ = [
     "next_batch",
     "parse_explicit",
     "ready_batch",
+    "split_expired",
 ]

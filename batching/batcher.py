@@ -15,7 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from batching.alarm import Alarm
-from batching.errors import BatcherClosedError, ExecutorContractError, RequestTimeoutError
+from batching.errors import (
+    BatcherClosedError,
+    DeadlineExceededError,
+    ExecutorContractError,
+    RequestTimeoutError,
+)
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
 from batching.messages import (
@@ -27,8 +32,9 @@ from batching.messages import (
     SequenceStep,
     TensorMap,
 )
-from batching.policy import BatchPolicy, Candidate, Decision, next_batch
-from batching.queue import Queued, RequestQueue
+from batching.policy import BatchPolicy, Candidate, Decision, QueuePolicy, next_batch
+from batching.queue import Queued, RequestQueue, split_expired
+from batching.target import TargetKeeper
 
 _log = logging.getLogger(__name__)
 
@@ -61,6 +67,9 @@ class Batcher:
         self._wait_gain: float | None = None
         self._wait_gain_ns = 0
         self._waiting_from: int | None = None  # pending batch size when the current wait began
+        # Latency target: what batches are formed with, and the keeper that chooses it.
+        self._target = TargetKeeper(name, policy) if policy.latency_target_ns else None
+        self._forming = policy
 
     async def start(self) -> None:
         self._queue = RequestQueue(self._policy)
@@ -117,6 +126,9 @@ class Batcher:
         parameters: Parameters = NO_PARAMETERS,
         device_outputs: bool = False,
         sequence: SequenceStep | None = None,
+        *,
+        deadline_ns: int = 0,
+        share: str = "",
     ) -> RequestResult:
         """Queue one request and wait for its result; cancelling the caller dequeues it.
 
@@ -124,12 +136,22 @@ class Batcher:
         defaults); `parameters` go with it to the executor. `device_outputs`: the caller reads
         the outputs on a device; a batch gets device outputs when all its requests want them.
         `sequence` is ignored, as Triton's dynamic batcher ignores correlation ids.
+        `deadline_ns` (monotonic; 0: none) is when its caller stops waiting: the request is
+        never executed after it. `share` is its fair-share class.
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
         now_ns = time.monotonic_ns()
         level = self._policy.level_of(priority)
         queue_policy = self._policy.queue_policies[level - 1]
+        expires_ns = request_deadline_ns(queue_policy, now_ns, timeout_ns, deadline_ns)
+        if expires_ns is not None and expires_ns <= now_ns:
+            raise DeadlineExceededError(
+                f"model '{self._name}': the request's deadline had passed when it arrived; "
+                "it was not executed"
+            )
+        if self._target is not None:  # raises LatencyTargetError at once when over it
+            self._target.admit(now_ns, len(self._queue), bool(self._idle), len(self._executors))
         request = Queued(
             inputs=inputs,
             parameters=parameters,
@@ -138,6 +160,8 @@ class Batcher:
             deadline_ns=queue_policy.deadline_ns(now_ns, timeout_ns),
             future=asyncio.get_running_loop().create_future(),
             device_outputs=device_outputs,
+            expires_ns=expires_ns,
+            share=share,
         )
         if not self._policy.dynamic and self._idle and self._gate is None and not len(self._queue):
             # Without dynamic batching every request runs alone: with nothing queued before it
@@ -199,11 +223,13 @@ class Batcher:
             for request in self._queue.expire(now_ns):
                 if not request.future.done():
                     request.future.set_exception(RequestTimeoutError("Request timeout expired"))
+            for request in self._queue.drop_expired(now_ns):
+                _fail(request, self._expired(request, now_ns))
             wait_until_ns = None
             if self._idle and len(self._queue):
                 decision = next_batch(
                     (request.candidate for request in self._queue),
-                    self._policy,
+                    self._forming,
                     now_ns,
                     self._known_wait_gain(now_ns),
                 )
@@ -218,6 +244,13 @@ class Batcher:
                 for idle in self._idle:
                     self._gate.withdraw(idle)
             await self._wake.sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns())
+
+    def _expired(self, request: Queued, now_ns: int) -> DeadlineExceededError:
+        waited_ms = (now_ns - request.candidate.enqueue_ns) / 1e6
+        return DeadlineExceededError(
+            f"model '{self._name}': the request's deadline passed after {waited_ms:.1f} ms in "
+            "the queue; it was not executed"
+        )
 
     def _runnable(self) -> Executor | None:
         """An idle instance that may run now (the first, without a gate)."""
@@ -252,9 +285,17 @@ class Batcher:
         release: asyncio.Future[None] | None,
     ) -> None:
         start_ns = time.monotonic_ns()
+        batch, expired = split_expired(batch, start_ns)  # waited for an instance, or the gate
+        for request in expired:
+            _fail(request, self._expired(request, start_ns))
         sizes = [request.candidate.batch_size for request in batch]
         record: ExecutionRecord | None = None
         try:
+            if not batch:
+                await _after(previous)
+                return
+            if self._target is not None:
+                self._target.started(executor, start_ns, sum(sizes))
             try:
                 outcome = await executor.execute(
                     [request.inputs for request in batch],
@@ -284,6 +325,10 @@ class Batcher:
                 succeeded=True,
             )
             self._report(record)
+            if self._target is not None:
+                self._forming = self._target.measured(
+                    record.batch_size, start_ns, time.monotonic_ns()
+                )
             await _after(previous)
             for request, response in zip(batch, outcome.responses, strict=True):
                 if request.future.done():  # a cancelled caller's result is dropped
@@ -303,6 +348,8 @@ class Batcher:
                         )
                     )
         finally:
+            if self._target is not None:
+                self._target.finished(executor)
             if self._gate is not None:
                 self._gate.release(executor, again=bool(len(self._queue)))
             if release is not None:
@@ -317,6 +364,19 @@ class Batcher:
     def _report(self, record: ExecutionRecord) -> None:
         if self._observer is not None:
             self._observer(record)
+
+
+def request_deadline_ns(
+    queue_policy: QueuePolicy, now_ns: int, timeout_ns: int, deadline_ns: int
+) -> int | None:
+    """When a request arriving at `now_ns` expires (None: never): its caller's deadline, and
+    its `timeout` parameter where the queue policy does not take it as Triton's queue timeout
+    (allow_timeout_override), which would otherwise ignore it."""
+    expires_ns = deadline_ns or None
+    if timeout_ns > 0 and not queue_policy.allow_timeout_override:
+        due_ns = now_ns + timeout_ns
+        expires_ns = due_ns if expires_ns is None else min(expires_ns, due_ns)
+    return expires_ns
 
 
 async def _after(previous: asyncio.Future[None] | None) -> None:

@@ -21,6 +21,15 @@ class RequestTimeoutError(BatchingError):
     """The request waited in the queue past its timeout (timeout action REJECT)."""
 
 
+class DeadlineExceededError(BatchingError):
+    """The request's deadline (its client's, or its `timeout` parameter) passed before it ran;
+    it was never executed."""
+
+
+class LatencyTargetError(BatchingError):
+    """The model's latency target could not be kept for the request: refused on arrival."""
+
+
 class ExecutorContractError(BatchingError):
     """An executor answered a batch with a different number of responses than requests."""
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -70,6 +71,9 @@ class BatchPolicy:
     queue_policies: tuple[QueuePolicy, ...]  # one per level, index 0 is level 1
     equal_shape_inputs: tuple[str, ...] = ()  # inputs whose shapes must match within a batch
     adaptive_delay: bool = False  # Convoy's opt-in: skip waits that recently did not pay off
+    latency_target_ns: int = 0  # convoy_latency_target_ms (p99 in the server); 0: none
+    fair_share: bool = False  # convoy_fair_share: a level serves its clients' classes in turn
+    share_weights: tuple[tuple[str, int], ...] = ()  # (class, weight >= 1); others weigh 1
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> BatchPolicy:
@@ -92,10 +96,17 @@ class BatchPolicy:
         preferred = sorted(
             size for size in batching.preferred_batch_size if 0 < size <= config.max_batch_size
         )
-        # Membership, not indexing: indexing a protobuf map inserts the key into the config.
-        adaptive = ""
-        if "convoy_adaptive_queue_delay" in config.parameters:
-            adaptive = config.parameters["convoy_adaptive_queue_delay"].string_value.lower()
+        adaptive = _parameter(config, "convoy_adaptive_queue_delay").lower()
+        target_ms = _parameter(config, "convoy_latency_target_ms")
+        try:
+            target = float(target_ms) if target_ms else 0.0
+        except ValueError:
+            target = math.nan
+        if not (math.isfinite(target) and target >= 0) or (target_ms and target == 0):
+            raise PolicyError(
+                f"model '{config.name}': convoy_latency_target_ms must be a positive number of "
+                f"milliseconds, got '{target_ms}'"
+            )
         return cls(
             dynamic=dynamic,
             max_batch_size=config.max_batch_size,
@@ -112,7 +123,10 @@ class BatchPolicy:
                 or tensor.is_shape_tensor
                 or (-1 in tensor.dims and not tensor.allow_ragged_batch)
             ),
-            adaptive_delay=adaptive in ("true", "1", "yes", "on"),
+            adaptive_delay=adaptive in _TRUE,
+            latency_target_ns=round(target * 1_000_000) if dynamic else 0,
+            fair_share=_parameter(config, "convoy_fair_share").lower() in _TRUE,
+            share_weights=_weights(config),
         )
 
     def shape_key(self, inputs: TensorMap) -> tuple[object, ...]:
@@ -128,6 +142,29 @@ class BatchPolicy:
         if priority < 1 or priority > self.priority_levels:
             return self.default_priority_level
         return priority
+
+
+_TRUE = ("true", "1", "yes", "on")
+
+
+def _parameter(config: mc.ModelConfig, key: str) -> str:
+    # Membership, not indexing: indexing a protobuf map inserts the key into the config.
+    return config.parameters[key].string_value.strip() if key in config.parameters else ""
+
+
+def _weights(config: mc.ModelConfig) -> tuple[tuple[str, int], ...]:
+    """convoy_fair_share_weights: "gold=4,silver=2" (a class's requests per turn)."""
+    text = _parameter(config, "convoy_fair_share_weights")
+    weights = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        share, _, weight = item.rpartition("=")
+        if not share or not weight.isdigit() or int(weight) < 1:
+            raise PolicyError(
+                f"model '{config.name}': convoy_fair_share_weights takes CLASS=WEIGHT pairs "
+                f"with whole weights >= 1, separated by commas; got '{item}'"
+            )
+        weights.append((share.strip(), int(weight)))
+    return tuple(weights)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,20 @@
 """`RequestQueue`: one FIFO per priority level with Triton's queue policies; synchronous.
 
 Owned by the event loop's batcher, so it needs no locks. Requests leave it by being taken into
-a batch, discarded (their caller went away) or rejected on timeout; all three are O(1) or lazy.
+a batch, discarded (their caller went away), rejected on timeout or dropped at their deadline;
+all are O(1) or lazy. A level of a fair-share model serves its clients' classes in turn.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from batching.errors import QueueFullError
+from batching.fair import FairLine
 from batching.messages import Parameters, TensorMap
 from batching.policy import BatchPolicy, Candidate, TimeoutAction
 
@@ -30,12 +32,24 @@ class Queued:
     active: bool = True  # False once taken, discarded or rejected
     delayed: bool = False  # timed out under DELAY: served after its level's other requests
     device_outputs: bool = False  # its consumer reads on a device (an ensemble's next step)
+    expires_ns: int | None = None  # its deadline: never executed from then on; None: none
+    share: str = ""  # its fair-share class (the client's header value; "": the shared one)
+
+
+def split_expired(requests: Iterable[Queued], now_ns: int) -> tuple[list[Queued], list[Queued]]:
+    """(still wanted, expired by `now_ns`): a batch being assembled loses its expired ones."""
+    live: list[Queued] = []
+    expired: list[Queued] = []
+    for request in requests:
+        due = request.expires_ns
+        (expired if due is not None and due <= now_ns else live).append(request)
+    return live, expired
 
 
 @dataclass(slots=True)
 class _Level:
     policy_index: int
-    waiting: deque[Queued] = field(default_factory=deque)
+    waiting: deque[Queued] | FairLine[Queued] = field(default_factory=deque)
     delayed: deque[Queued] = field(default_factory=deque)
     size: int = 0  # active requests, for max_queue_size
 
@@ -46,7 +60,12 @@ class RequestQueue:
     def __init__(self, policy: BatchPolicy) -> None:
         self._policy = policy
         self._levels = [_Level(i) for i in range(policy.priority_levels)]
+        if policy.fair_share:
+            weights = dict(policy.share_weights)
+            for level in self._levels:
+                level.waiting = FairLine(lambda request: request.share, weights)
         self._deadlines: list[tuple[int, int, Queued]] = []  # heap of (deadline, seq, request)
+        self._expiries: list[tuple[int, int, Queued]] = []  # heap of (expires, seq, request)
         self._seq = 0
 
     def __len__(self) -> int:
@@ -63,6 +82,9 @@ class RequestQueue:
         if request.deadline_ns is not None:
             self._seq += 1
             heapq.heappush(self._deadlines, (request.deadline_ns, self._seq, request))
+        if request.expires_ns is not None:
+            self._seq += 1
+            heapq.heappush(self._expiries, (request.expires_ns, self._seq, request))
 
     def discard(self, request: Queued) -> None:
         """Forget a request whose caller went away; it is skipped when reached."""
@@ -87,13 +109,27 @@ class RequestQueue:
                 rejected.append(request)
         return rejected
 
+    def drop_expired(self, now_ns: int) -> list[Queued]:
+        """The requests whose own deadline passed by `now_ns`; they have left the queue."""
+        dropped = []
+        while self._expiries and self._expiries[0][0] <= now_ns:
+            _, _, request = heapq.heappop(self._expiries)
+            if request.active:
+                self.discard(request)
+                dropped.append(request)
+        return dropped
+
     def next_deadline_ns(self) -> int | None:
+        """The nearest queue timeout or request deadline still to apply (None: none)."""
         while self._deadlines:
             _, _, request = self._deadlines[0]
             if request.active and not request.delayed:
-                return self._deadlines[0][0]
+                break
             heapq.heappop(self._deadlines)
-        return None
+        while self._expiries and not self._expiries[0][2].active:
+            heapq.heappop(self._expiries)
+        due = [heap[0][0] for heap in (self._deadlines, self._expiries) if heap]
+        return min(due) if due else None
 
     def __iter__(self) -> Iterator[Queued]:
         """Active requests in service order: by level, each level's waiting then delayed ones."""

@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 
 from batching.alarm import Alarm
-from batching.errors import BatcherClosedError, ExecutorContractError, SequenceError
+from batching.errors import (
+    BatcherClosedError,
+    DeadlineExceededError,
+    ExecutorContractError,
+    SequenceError,
+)
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
 from batching.messages import (
@@ -116,6 +121,7 @@ class _Request:
     enqueue_ns: int
     order: int  # arrival number, for OLDEST
     future: asyncio.Future[RequestResult]
+    expires_ns: int | None = None  # its deadline: never executed from then on; None: none
 
 
 @dataclass(slots=True, eq=False)
@@ -261,9 +267,14 @@ class SequenceBatcher:
         parameters: Parameters = NO_PARAMETERS,
         device_outputs: bool = False,
         sequence: SequenceStep | None = None,
+        *,
+        deadline_ns: int = 0,
+        share: str = "",
     ) -> RequestResult:
         """Queue one request of a sequence and wait for its result; cancelling the caller
-        takes a request that has not started out of its sequence."""
+        takes a request that has not started out of its sequence. A request still waiting at
+        its deadline (`deadline_ns`, or its `timeout` from arrival) leaves its sequence
+        unexecuted; `share` is ignored (a sequence keeps its slot)."""
         model = self._policy.model
         if self._closed:
             raise BatcherClosedError(f"model '{model}' is no longer accepting requests")
@@ -286,6 +297,15 @@ class SequenceBatcher:
             )
         self._check_corrid(correlation_id)
         now_ns = time.monotonic_ns()
+        expires_ns = deadline_ns or None
+        if timeout_ns > 0:
+            due_ns = now_ns + timeout_ns
+            expires_ns = due_ns if expires_ns is None else min(expires_ns, due_ns)
+        if expires_ns is not None and expires_ns <= now_ns:
+            raise DeadlineExceededError(
+                f"model '{model}': the request's deadline had passed when it arrived; it was "
+                "not executed"
+            )
         if target is None:
             target = self._begin(correlation_id)
         elif sequence.start:
@@ -304,6 +324,7 @@ class SequenceBatcher:
             now_ns,
             self._arrivals,
             asyncio.get_running_loop().create_future(),
+            expires_ns,
         )
         target.requests.append(request)
         target.last_ns = now_ns
@@ -399,7 +420,7 @@ class SequenceBatcher:
     async def _run(self) -> None:
         while True:
             now_ns = time.monotonic_ns()
-            deadlines = [self._reap(now_ns)]
+            deadlines = [self._drop_expired(now_ns), self._reap(now_ns)]
             for lane in list(self._lanes):
                 if lane.busy:
                     continue
@@ -425,6 +446,28 @@ class SequenceBatcher:
         if request is None:
             return None
         return request.enqueue_ns, request.order
+
+    def _drop_expired(self, now_ns: int) -> int | None:
+        """Fail the waiting requests whose deadline passed; when the next one's is."""
+        next_ns: int | None = None
+        for sequence in self._all_sequences():
+            for request in list(sequence.requests):
+                due_ns = request.expires_ns
+                if due_ns is None or (sequence.running and sequence.requests[0] is request):
+                    continue
+                if due_ns <= now_ns:
+                    sequence.requests.remove(request)
+                    waited_ms = (now_ns - request.enqueue_ns) / 1e6
+                    _settle(
+                        request,
+                        DeadlineExceededError(
+                            f"model '{self._policy.model}': the request's deadline passed "
+                            f"after {waited_ms:.1f} ms in the queue; it was not executed"
+                        ),
+                    )
+                elif next_ns is None or due_ns < next_ns:
+                    next_ns = due_ns
+        return next_ns
 
     def _reap(self, now_ns: int) -> int | None:
         """Release the sequences idle past the limit; when the next one would be."""

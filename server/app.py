@@ -269,6 +269,7 @@ def front_end_settings(settings: ServerSettings) -> FrontEndSettings:
         http_max_input_bytes=settings.http_max_input_bytes,
         grpc_forward_pattern=settings.grpc_forward_pattern,
         http_forward_pattern=settings.http_forward_pattern,
+        fair_share_header=settings.fair_share_header,
         reuse_grpc_port=settings.reuse_grpc_port,
         reuse_http_port=settings.reuse_http_port,
     )

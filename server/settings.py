@@ -56,6 +56,7 @@ class ServerSettings:
     memory_budget_bytes: int | None = None  # None: no budget
     evict_lru: bool = False  # make room under the budget by unloading idle models
     lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this
+    keep_alive_s: float = 0.0  # explicit mode: unload a model idle this long (0: never)
     auto_complete: AutoComplete = field(default_factory=AutoComplete)  # what files may fill in
     exit_on_error: bool = False  # stop at start when a model fails to load (Triton: true)
     log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time
@@ -72,6 +73,7 @@ class ServerSettings:
     http_max_input_bytes: int = 1 << 26  # largest HTTP body, after decompression too
     grpc_forward_pattern: str | None = None  # metadata forwarded as request parameters
     http_forward_pattern: str | None = None  # headers forwarded as request parameters
+    fair_share_header: str | None = None  # --fair-share-header: a request's fair-share class
     allow_client_shm: bool = True  # clients may register shared memory regions
     model_load_retries: int = 0  # a failed load is tried again this many times
     model_config_name: str | None = None  # configs/<name>.pbtxt instead of config.pbtxt

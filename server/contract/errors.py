@@ -65,6 +65,10 @@ class UnavailableError(ServerError):
     version closing); the same request may succeed later."""
 
 
+class DeadlineExceededError(ServerError):
+    """The request's deadline passed before it ran (it was never executed)."""
+
+
 class InternalError(ServerError):
     """The core failed in a way the request did not cause (a model failed to run or load)."""
 

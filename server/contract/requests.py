@@ -37,6 +37,11 @@ class InferOptions:
     parameters: Parameters = field(default_factory=dict)
     device_outputs: bool = False  # an ensemble step whose consumers all compute on a device
     sequence: SequenceFlags | None = None  # None: the request names no sequence
+    # When its caller stops waiting (time.monotonic_ns(), which every process of the server
+    # shares): a gRPC deadline, or an ensemble's own for its steps; 0: none. The request is
+    # never executed after it.
+    deadline_ns: int = 0
+    share: str = ""  # its fair-share class: the --fair-share-header value ("": none sent)
 
 
 # Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.

@@ -135,6 +135,7 @@ class FrontEndSettings:
     http_max_input_bytes: int = 1 << 26  # largest HTTP body, after decompression too
     grpc_forward_pattern: str | None = None  # metadata keys forwarded as request parameters
     http_forward_pattern: str | None = None  # header names forwarded as request parameters
+    fair_share_header: str | None = None  # its value is a request's fair-share class
     reuse_port: bool = False  # SO_REUSEPORT on both ports: this server's processes share them
     reuse_grpc_port: bool = False  # SO_REUSEPORT on gRPC, as asked (--reuse-grpc-port)
     reuse_http_port: bool = False  # SO_REUSEPORT on HTTP, as asked (--reuse-http-port)

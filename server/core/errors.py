@@ -7,35 +7,39 @@ from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoad
 from batching import (
     BatcherClosedError,
     BatchingError,
+    DeadlineExceededError,
     ExecutorContractError,
+    LatencyTargetError,
     PolicyError,
     QueueFullError,
     RequestTimeoutError,
     SequenceError,
 )
-from server.contract.errors import InternalError, InvalidInputError, ServerError, UnavailableError
+from server.contract import errors as contract
 
 # Every leaf error class of `backends` and `batching`; a test walks the class trees to prove it.
-CONTRACT_ERRORS: dict[type[Exception], type[ServerError]] = {
-    ModelLoadError: InternalError,
-    ExecutionError: InternalError,
-    InvalidTensorError: InvalidInputError,
-    BatcherClosedError: UnavailableError,
-    QueueFullError: UnavailableError,
-    RequestTimeoutError: UnavailableError,
-    PolicyError: InvalidInputError,
-    ExecutorContractError: InternalError,
-    SequenceError: InvalidInputError,
+CONTRACT_ERRORS: dict[type[Exception], type[contract.ServerError]] = {
+    ModelLoadError: contract.InternalError,
+    ExecutionError: contract.InternalError,
+    InvalidTensorError: contract.InvalidInputError,
+    BatcherClosedError: contract.UnavailableError,
+    QueueFullError: contract.UnavailableError,
+    RequestTimeoutError: contract.UnavailableError,
+    DeadlineExceededError: contract.DeadlineExceededError,
+    LatencyTargetError: contract.UnavailableError,
+    PolicyError: contract.InvalidInputError,
+    ExecutorContractError: contract.InternalError,
+    SequenceError: contract.InvalidInputError,
 }
 
 # The bases whose leaves must all appear above.
 LOWER_ERROR_BASES: tuple[type[Exception], ...] = (BackendError, BatchingError)
 
 
-def contract_error(error: BackendError | BatchingError) -> ServerError:
+def contract_error(error: BackendError | BatchingError) -> contract.ServerError:
     """The contract's error for a lower package's (its nearest mapped class; else internal)."""
     for cls in type(error).__mro__:
         kind = CONTRACT_ERRORS.get(cls)
         if kind is not None:
             return kind(str(error))
-    return InternalError(str(error))
+    return contract.InternalError(str(error))

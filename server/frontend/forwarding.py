@@ -1,5 +1,6 @@
 """Triton's header forwarding (--grpc-header-forward-pattern, --http-header-forward-pattern): a
-request's headers whose names match the pattern reach the model as string request parameters."""
+request's headers whose names match the pattern reach the model as string request parameters;
+and Convoy's --fair-share-header, whose value is the request's fair-share class."""
 
 from __future__ import annotations
 
@@ -14,17 +15,28 @@ from server.contract.requests import RESERVED_PARAMETERS, InferOptions, model_pa
 class HeaderForwarding:
     """Adds the matching headers of a request to its parameters; without a pattern, nothing."""
 
-    def __init__(self, pattern: str | None) -> None:
+    def __init__(self, pattern: str | None, share_header: str | None = None) -> None:
         # Triton matches anywhere in the name (RE2::PartialMatch), case as sent: gRPC metadata
         # keys arrive lower-cased, HTTP header names as the client wrote them.
         self._regex = re.compile(pattern) if pattern else None
+        # Header names compare case-insensitively (gRPC metadata keys are lower case).
+        self._share_header = share_header.lower() if share_header else None
 
     @property
     def active(self) -> bool:
-        """Whether a pattern was given (without one, a request's headers are never read)."""
-        return self._regex is not None
+        """Whether a pattern or a fair-share header was given (without either, a request's
+        headers are never read)."""
+        return self._regex is not None or self._share_header is not None
 
     def apply(self, options: InferOptions, headers: Iterable[tuple[str, object]]) -> InferOptions:
+        if self._share_header is not None:
+            headers = tuple(headers)  # read twice
+            wanted = self._share_header
+            share = next(
+                (v for k, v in headers if isinstance(v, str) and str(k).lower() == wanted), ""
+            )
+            if share:
+                options = replace(options, share=share)
         if self._regex is None:
             return options
         regex = self._regex

@@ -63,6 +63,7 @@ class FrontEnd:
                 restricted=settings.http_restricted,
                 name=settings.server_name,
                 forward_pattern=settings.http_forward_pattern,
+                share_header=settings.fair_share_header,
             )
             self.http_port = await self._http.start(
                 settings.http_address,
@@ -125,6 +126,7 @@ class FrontEnd:
             settings.trace,
             name=settings.server_name,
             forward_pattern=settings.grpc_forward_pattern,
+            share_header=settings.fair_share_header,
         )
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server

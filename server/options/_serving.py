@@ -310,4 +310,19 @@ CONVOY_OWN = (
         CONVOY,
         default=30.0,
     ),
+    Option(
+        "model-keep-alive",
+        SECONDS,
+        "explicit mode: unload a model idle this long; a request loads it again (within "
+        "--lazy-load-timeout-secs); 0 keeps models loaded",
+        CONVOY,
+        default=0.0,
+    ),
+    Option(
+        "fair-share-header",
+        TEXT,
+        "the header (gRPC metadata) whose value is a request's client class: a model with "
+        "convoy_fair_share takes the classes into batches in turn",
+        CONVOY,
+    ),
 )

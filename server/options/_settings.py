@@ -63,6 +63,8 @@ def settings_from(
         memory_budget_bytes=values["memory_budget"],
         evict_lru=values["model_eviction"] == "lru",
         lazy_load_timeout_s=values["lazy_load_timeout_secs"] if values["lazy_load"] else None,
+        keep_alive_s=values["model_keep_alive"],
+        fair_share_header=values["fair_share_header"] or None,
         auto_complete=_auto_complete(values, notes),
         exit_on_error=values["exit_on_error"],
         frontend_workers=values["frontend_workers"],

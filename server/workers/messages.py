@@ -37,8 +37,8 @@ from server.workers.frames import Message
 
 # Worker -> core.
 INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,
-#                   parameters, sequence, carrier, output_locations, classification, received,
-#                   inputs)
+#                   deadline_ns, share, parameters, sequence, carrier, output_locations,
+#                   classification, received, inputs)
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -101,6 +101,8 @@ def encode_infer(
         tuple(request.outputs),
         options.priority,
         options.timeout_us,
+        options.deadline_ns,
+        options.share,
         dict(options.parameters),
         None
         if (sequence := options.sequence) is None
@@ -121,15 +123,18 @@ def encode_infer(
 def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferRequest]:
     """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
     (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
-    parameters, sequence, carrier, locations, classification, received, tensors = message[9:]
+    deadline_ns, share, parameters, sequence, carrier, locations = message[9:15]
+    classification, received, tensors = message[15:]
     options = (
         InferOptions(
             priority,
             timeout_us,
             parameters,
             sequence=None if sequence is None else SequenceFlags(*sequence),
+            deadline_ns=deadline_ns,
+            share=share,
         )
-        if priority or timeout_us or parameters or sequence
+        if priority or timeout_us or deadline_ns or share or parameters or sequence
         else _NO_OPTIONS
     )
     decoded = [_decode_input(tensor, inputs) for tensor in tensors]

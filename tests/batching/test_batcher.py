@@ -1,8 +1,9 @@
 """The batcher with real executors: one request per execution, first free instance, failures."""
 
 import asyncio
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from batching import (
     Batcher,
     BatcherClosedError,
     BatchPolicy,
+    DeadlineExceededError,
     ExecutionRecord,
     ExecutorContractError,
     Parameters,
@@ -324,4 +326,84 @@ async def test_a_request_cancelled_while_it_runs_alone_frees_the_instance() -> N
     assert batcher.in_flight == 0
     result = await asyncio.wait_for(batcher.infer(_x(3), 1), 1.0)
     assert float(result.outputs["y"][0, 0]) == 6.0
+    await batcher.stop(1.0)
+
+
+async def test_a_request_past_its_deadline_is_dropped_unexecuted() -> None:
+    executor = Doubler(0.1)
+    batcher = Batcher("m", [executor], dynamic(""))
+    await batcher.start()
+    busy = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.01)
+    soon_ns = time.monotonic_ns() + 20_000_000
+    # A caller's deadline, and a `timeout` parameter that no queue policy takes: both expire.
+    results = await asyncio.gather(
+        batcher.infer(_x(2), 1, deadline_ns=soon_ns),
+        batcher.infer(_x(3), 1, timeout_ns=20_000_000),
+        batcher.infer(_x(4), 1, deadline_ns=time.monotonic_ns() + 5_000_000_000),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], DeadlineExceededError)
+    assert "deadline passed after" in str(results[0]) and "not executed" in str(results[0])
+    assert isinstance(results[1], DeadlineExceededError)
+    assert float(results[2].outputs["y"][0, 0]) == 8.0  # type: ignore[union-attr]
+    await busy
+    ran = [float(request["x"][0, 0]) for call in executor.calls for request in call]
+    assert ran == [1.0, 4.0]
+    with pytest.raises(DeadlineExceededError, match="had passed when it arrived"):
+        await batcher.infer(_x(5), 1, deadline_ns=time.monotonic_ns() - 1)
+    await batcher.stop(1.0)
+
+
+async def test_a_timeout_the_queue_policy_takes_keeps_tritons_answer() -> None:
+    from batching import RequestTimeoutError
+
+    batcher = Batcher(
+        "m",
+        [Doubler(0.1)],
+        dynamic("default_queue_policy { allow_timeout_override: true }"),
+    )
+    await batcher.start()
+    busy = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.01)
+    late = await asyncio.gather(
+        batcher.infer(_x(2), 1, timeout_ns=10_000_000), return_exceptions=True
+    )
+    assert isinstance(late[0], RequestTimeoutError)
+    await busy
+    await batcher.stop(1.0)
+
+
+async def test_a_batch_waiting_for_an_instance_loses_its_expired_requests() -> None:
+    # Without dynamic batching requests wait for the one instance; the one whose deadline
+    # passes meanwhile is never executed, the others run in order.
+    executor = Doubler(0.05)
+    batcher = Batcher("m", [executor], ONE_BY_ONE)
+    await batcher.start()
+    first = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.005)
+    results = await asyncio.gather(
+        batcher.infer(_x(2), 1, deadline_ns=time.monotonic_ns() + 20_000_000),
+        batcher.infer(_x(3), 1),
+        return_exceptions=True,
+    )
+    await first
+    assert isinstance(results[0], DeadlineExceededError)
+    assert [float(call[0]["x"][0, 0]) for call in executor.calls] == [1.0, 3.0]
+    await batcher.stop(1.0)
+
+
+async def test_fair_share_takes_a_light_client_in_before_a_heavy_clients_backlog() -> None:
+    executor = Doubler(0.02)
+    policy = replace(dynamic(""), max_batch_size=2, preferred_batch_sizes=(2,), fair_share=True)
+    batcher = Batcher("m", [executor], policy)
+    await batcher.start()
+    busy = asyncio.create_task(batcher.infer(_x(0), 1, share="heavy"))
+    await asyncio.sleep(0.005)
+    heavy = [asyncio.create_task(batcher.infer(_x(i), 1, share="heavy")) for i in range(1, 7)]
+    await asyncio.sleep(0.001)
+    light = asyncio.create_task(batcher.infer(_x(100), 1, share="light"))
+    await asyncio.gather(busy, light, *heavy)
+    batches = [[float(r["x"][0, 0]) for r in call] for call in executor.calls]
+    assert batches[1] == [1.0, 100.0]  # the light client's request shares the next batch
     await batcher.stop(1.0)

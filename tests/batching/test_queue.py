@@ -1,14 +1,20 @@
 """The per-level queues: order, bounds, timeouts (REJECT and DELAY), discards."""
 
+from dataclasses import replace
+
 import pytest
 
-from batching import BatchPolicy, Candidate, Queued, QueueFullError, RequestQueue
+from batching import BatchPolicy, Candidate, Queued, QueueFullError, RequestQueue, split_expired
 from server.core.repository import parse_config
 
 
-def make_queue(batching: str) -> RequestQueue:
+def make_policy(batching: str) -> BatchPolicy:
     config = parse_config(f'name: "m" max_batch_size: 8 dynamic_batching {{ {batching} }}', "x")
-    return RequestQueue(BatchPolicy.from_config(config))
+    return BatchPolicy.from_config(config)
+
+
+def make_queue(batching: str) -> RequestQueue:
+    return RequestQueue(make_policy(batching))
 
 
 def request(tag: int, level: int = 1, deadline_ns: int | None = None) -> Queued:
@@ -69,3 +75,41 @@ def test_discarded_requests_are_skipped_and_free_their_place() -> None:
     assert tags(queue) == [2]
     queue.push(request(3))
     assert [r.candidate.enqueue_ns for r in queue.take(5)] == [2, 3]
+
+
+def test_requests_leave_at_their_own_deadline_and_the_nearest_one_wakes_the_batcher() -> None:
+    queue = make_queue("default_queue_policy { default_timeout_microseconds: 1 }")
+    first = request(1, deadline_ns=500)
+    first.expires_ns = 200
+    second = request(2)
+    second.expires_ns = 400
+    queue.push(first)
+    queue.push(second)
+    queue.push(request(3))
+    assert queue.next_deadline_ns() == 200
+    assert queue.drop_expired(199) == []
+    assert queue.drop_expired(200) == [first]
+    assert tags(queue) == [2, 3]
+    assert queue.next_deadline_ns() == 400
+    queue.discard(second)  # a discarded request's deadline no longer wakes anyone
+    assert queue.next_deadline_ns() is None
+    assert queue.drop_expired(1000) == []
+
+
+def test_split_expired_keeps_order_and_drops_only_the_past_ones() -> None:
+    ahead, late, none = request(1), request(2), request(3)
+    ahead.expires_ns, late.expires_ns = 300, 100
+    assert split_expired([ahead, late, none], 100) == ([ahead, none], [late])
+    assert split_expired([ahead, late, none], 99) == ([ahead, late, none], [])
+
+
+def test_a_fair_share_level_serves_classes_in_turn_after_higher_levels() -> None:
+    policy = make_policy("priority_levels: 2 default_priority_level: 2")
+    fair = RequestQueue(replace(policy, fair_share=True))
+    for tag, share, level in [(1, "a", 2), (2, "a", 2), (3, "a", 2), (4, "b", 2), (5, "", 1)]:
+        item = request(tag, level)
+        item.share = share
+        fair.push(item)
+    assert tags(fair) == [5, 1, 4, 2, 3]
+    assert [r.candidate.enqueue_ns for r in fair.take(3)] == [5, 1, 4]
+    assert tags(fair) == [2, 3]

@@ -127,11 +127,21 @@ def test_an_output_asked_for_twice_is_refused(protocol: str, client: Any) -> Non
     assert "requested more than once" in str(error.message())
 
 
-def test_a_model_name_never_reaches_outside_the_repository(protocol: str, client: Any) -> None:
+def test_a_model_name_never_reaches_outside_the_repository(
+    protocol: str, client: Any, server: ConvoyServer
+) -> None:
     for name in ("../outside/simple", "..", ".", "a/b", "..\\outside", "/tmp"):
         _refused(client.load_model, name)
         _refused(client.unload_model, name)
         assert not client.is_model_ready(name)
+    if protocol == "http":  # separators sent encoded reach the name check, and stop there
+        for name in ("..%2Foutside%2Fsimple", "%2E%2E", "..%5Coutside"):
+            url = f"http://127.0.0.1:{server.http_port}/v2/repository/models/{name}/load"
+            request = urllib.request.Request(url, data=b"{}", method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=30)
+            assert refused.value.code == 400
+            assert "invalid model name" in json.loads(refused.value.read())["error"]
     config = json.dumps({"backend": "onnxruntime", "max_batch_size": 8})
     _refused(client.load_model, "../outside/simple", config=config)
     index = client.get_model_repository_index()

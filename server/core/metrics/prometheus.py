@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from server.core.cache import ResponseCache
+from server.core.metrics.admission import admission_families
 from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_FAMILIES
 from server.core.metrics.histograms import add_histogram, latency_families, number
 from server.core.metrics.limiter import resource_wait_families
@@ -134,6 +135,7 @@ class StatsCollector(Collector):
         versions = [v for entry in self._repository.entries() for v in list(entry.ready.values())]
         yield from self._model_families(versions)
         yield from resource_wait_families(versions)
+        yield from admission_families(versions)
         yield from load_families(versions)
         if self._cache is not None:
             yield from self._cache_families(versions, self._cache)

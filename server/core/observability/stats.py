@@ -56,6 +56,10 @@ class ModelStats:
     cache_miss: Duration = field(default_factory=Duration)  # misses: lookup and insertion time
     batches: dict[int, BatchDurations] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # by Triton's reason label
+    # Convoy's, apart from Triton's REJECTED that also counts them: requests that reached
+    # their deadline unexecuted, and requests refused on arrival to keep the latency target.
+    deadline_exceeded: int = 0
+    target_refused: int = 0
     batch_sizes: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BUCKETS))
     request_us: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_US))
     # Recent latencies for Triton's summaries; the metrics collector sets them when summaries

@@ -43,6 +43,9 @@ class Scheduler(Protocol):
         parameters: Parameters = ...,
         device_outputs: bool = False,
         sequence: SequenceStep | None = None,
+        *,
+        deadline_ns: int = 0,
+        share: str = "",
     ) -> RequestResult: ...
 
     async def stop(self, timeout_s: float) -> None:

@@ -14,7 +14,14 @@ import numpy as np
 import numpy.typing as npt
 
 from backends import BackendError, ModelCaller, on_host
-from batching import QueueFullError, RequestResult, RequestTimeoutError, SequenceStep
+from batching import (
+    DeadlineExceededError,
+    LatencyTargetError,
+    QueueFullError,
+    RequestResult,
+    RequestTimeoutError,
+    SequenceStep,
+)
 from server.contract.datatypes import wire_of
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
@@ -49,8 +56,18 @@ async def submit(
             options.parameters,
             options.device_outputs,
             None if (flags := options.sequence) is None else _step(flags),
+            deadline_ns=options.deadline_ns,
+            share=options.share,
         )
     except (QueueFullError, RequestTimeoutError):
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
+        raise
+    except DeadlineExceededError:
+        target.stats.deadline_exceeded += 1
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
+        raise
+    except LatencyTargetError:
+        target.stats.target_refused += 1
         target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
         raise
     except asyncio.CancelledError:

@@ -7,6 +7,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
@@ -68,6 +69,12 @@ RPC_GROUPS: dict[str, str] = {
 RESTRICTABLE_GROUPS = frozenset(RPC_GROUPS.values())
 
 
+# The queue drops a request this long before its gRPC deadline, so that it is answered (and
+# counted) as expired rather than cancelled by gRPC at the same instant; an answer that late
+# could not reach the client in time anyway.
+_DEADLINE_MARGIN_NS = 1_000_000
+
+
 def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
     """Check restrictions, then turn domain errors into their status codes; anything
     unexpected is INTERNAL and logged."""
@@ -118,11 +125,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         *,
         name: str = "convoy",
         forward_pattern: str | None = None,
+        share_header: str | None = None,
     ) -> None:
         self._core = core
         self._name = name  # what server metadata reports (Triton's --id)
         self._version = version
-        self._forwarding = HeaderForwarding(forward_pattern)
+        self._forwarding = HeaderForwarding(forward_pattern, share_header)
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._restricted = tuple(restricted)
         self._trace = trace or TraceSettings()
@@ -205,6 +213,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         options = infer_options(request)
         if self._forwarding.active:  # reading the metadata costs every request otherwise
             options = self._forwarding.apply(options, context.invocation_metadata() or ())
+        remaining_s = context.time_remaining()
+        if remaining_s is not None:  # the client's deadline: never executed after it
+            deadline_ns = time.monotonic_ns() + int(remaining_s * 1e9) - _DEADLINE_MARGIN_NS
+            options = replace(options, deadline_ns=deadline_ns)
         return InferRequest(
             request.model_name,
             request.model_version,

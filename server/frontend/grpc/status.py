@@ -7,6 +7,7 @@ import grpc
 from server.contract.errors import (
     AlreadyExistsError,
     ConfigError,
+    DeadlineExceededError,
     InternalError,
     InvalidInputError,
     ModelControlDisabledError,
@@ -36,6 +37,7 @@ STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
     AlreadyExistsError: grpc.StatusCode.ALREADY_EXISTS,
     RegionNotFoundError: grpc.StatusCode.NOT_FOUND,
     UnavailableError: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceededError: grpc.StatusCode.DEADLINE_EXCEEDED,
     InternalError: grpc.StatusCode.INTERNAL,
 }
 

@@ -101,11 +101,12 @@ class HttpFrontEnd:
         restricted: Sequence[RestrictedProtocol] = (),
         name: str = "convoy",
         forward_pattern: str | None = None,
+        share_header: str | None = None,
     ) -> None:
         self._core = core
         self._name = name  # what server metadata reports (Triton's --id)
         self._version = version
-        self._forwarding = HeaderForwarding(forward_pattern)
+        self._forwarding = HeaderForwarding(forward_pattern, share_header)
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._max_body_bytes = max_body_bytes
         self._admin = AdminRoutes(core, trace or TraceSettings())

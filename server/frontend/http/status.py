@@ -7,10 +7,12 @@ import grpc
 from server.contract.errors import RegionNotFoundError, RestrictedError
 from server.frontend.grpc.status import status_for
 
-# Triton's HTTP front end answers these gRPC codes so; every other code is a bad request.
+# Triton's HTTP front end answers these gRPC codes so; every other code is a bad request. A
+# request that expired unexecuted is 503, as Triton answers one whose queue timeout expired.
 HTTP_CODES: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 503,
     grpc.StatusCode.UNIMPLEMENTED: 501,
     grpc.StatusCode.INTERNAL: 500,
 }

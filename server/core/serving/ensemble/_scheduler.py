@@ -87,9 +87,13 @@ class EnsembleScheduler:
         parameters: Parameters = NO_PARAMETERS,
         device_outputs: bool = False,
         sequence: SequenceStep | None = None,
+        *,
+        deadline_ns: int = 0,
+        share: str = "",
     ) -> RequestResult:
         # The ensemble's outputs come back to the host whatever `device_outputs` says; its
-        # sequence parameters go to every step, as Triton passes a correlation id on.
+        # sequence parameters go to every step, as Triton passes a correlation id on. Its
+        # deadline (the caller's, or its timeout from now) holds for every step.
         if self._closed:
             raise BatcherClosedError(
                 f"ensemble '{self._plan.name}' is no longer accepting requests"
@@ -100,7 +104,17 @@ class EnsembleScheduler:
                 if sequence is None
                 else SequenceFlags(sequence.correlation_id, sequence.start, sequence.end)
             )
-            options = InferOptions(priority, timeout_ns // 1000, parameters, sequence=flags)
+            if timeout_ns > 0:
+                due_ns = time.monotonic_ns() + timeout_ns
+                deadline_ns = min(deadline_ns, due_ns) if deadline_ns else due_ns
+            options = InferOptions(
+                priority,
+                timeout_ns // 1000,
+                parameters,
+                sequence=flags,
+                deadline_ns=deadline_ns,
+                share=share,
+            )
             return await self._run(inputs, batch_size, options)
 
     async def stop(self, timeout_s: float) -> None:

@@ -1,0 +1,176 @@
+"""A latency target (convoy_latency_target_ms): batch times measured per batch size, and the pure
+rules the batcher keeps the target with: the batch size and delay it batches with (`plan`),
+and whether a new request can still be answered in time (`predicted_ns`, `refusal`).
+
+The target is a p99 inside the server: a request that arrives just as a batch starts waits for
+that batch, then runs in the next, so a batch of b may take at most half the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from batching.errors import LatencyTargetError
+from batching.policy import BatchPolicy
+
+_ALPHA = 0.2  # weight of a new execution in the running mean and deviation
+_SPREAD = 3.0  # a batch's time for the p99: its mean plus this many mean absolute deviations
+_REPLAN_NS = 50_000_000  # the batch size and delay are chosen again at most this often
+
+
+@dataclass(slots=True)
+class BatchTimes:
+    """Running mean and mean absolute deviation of execution time (ns) per batch size."""
+
+    mean_ns: dict[int, float] = field(default_factory=dict)
+    deviation_ns: dict[int, float] = field(default_factory=dict)
+
+    def record(self, size: int, elapsed_ns: int) -> None:
+        mean = self.mean_ns.get(size)
+        if mean is None:
+            self.mean_ns[size], self.deviation_ns[size] = float(elapsed_ns), 0.0
+            return
+        self.deviation_ns[size] += _ALPHA * (abs(elapsed_ns - mean) - self.deviation_ns[size])
+        self.mean_ns[size] = mean + _ALPHA * (elapsed_ns - mean)
+
+    def predict_ns(self, size: int) -> float | None:
+        """A high estimate (about p99) of one batch of `size`; None before any measurement.
+        Between measured sizes the time is interpolated; above the largest it grows in
+        proportion to the size, below the smallest it is the smallest's."""
+        if not self.mean_ns:
+            return None
+        sizes = sorted(self.mean_ns)
+
+        def high(known: int) -> float:
+            return self.mean_ns[known] + _SPREAD * self.deviation_ns[known]
+
+        if size in self.mean_ns:
+            return high(size)
+        below = [s for s in sizes if s < size]
+        above = [s for s in sizes if s > size]
+        if not below:
+            return high(above[0])
+        if not above:
+            return high(below[-1]) * size / below[-1]
+        low, up = below[-1], above[0]
+        share = (size - low) / (up - low)
+        return high(low) + share * (high(up) - high(low))
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPlan:
+    """The batch bound and delay that keep the target, from the batch times measured so far."""
+
+    max_batch_size: int  # >= 1
+    max_queue_delay_ns: int  # >= 0
+
+
+def plan(times: BatchTimes, policy: BatchPolicy) -> TargetPlan:
+    """The largest batch whose time is at most half the target, and a delay that waits for
+    batch-mates no longer than the target leaves room for (and at most one batch's time:
+    while an instance is busy for that long, requests gather anyway). The model's own
+    max_queue_delay, when set, bounds the delay; before any measurement, the config's."""
+    target_ns = policy.latency_target_ns
+    configured = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
+    if target_ns <= 0 or times.predict_ns(1) is None:
+        return configured
+    size = 1
+    for candidate in range(policy.max_batch_size, 0, -1):
+        batch_ns = times.predict_ns(candidate)
+        if batch_ns is not None and 2 * batch_ns <= target_ns:
+            size = candidate
+            break
+    batch_ns = times.predict_ns(size) or 0.0
+    delay_ns = int(max(0.0, min(target_ns - 2 * batch_ns, batch_ns)))
+    if policy.max_queue_delay_ns:
+        delay_ns = min(delay_ns, policy.max_queue_delay_ns)
+    return TargetPlan(size, delay_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What is ahead of a new request when it arrives."""
+
+    queued: int  # batch units waiting in the queue
+    free_in_ns: int  # until an instance is free (0: one is idle now)
+    instances: int  # >= 1
+
+
+def predicted_ns(times: BatchTimes, chosen: TargetPlan, load: Load) -> float | None:
+    """How long a new request would take in the server (wait plus its batch), high estimate;
+    None before any measurement. The full batches ahead of it run `instances` at a time, after
+    the first instance frees; its own batch holds what is left over and itself."""
+    size = max(chosen.max_batch_size, 1)
+    full_ns = times.predict_ns(size)
+    own_ns = times.predict_ns(min(size, load.queued % size + 1))
+    if full_ns is None or own_ns is None:
+        return None
+    rounds = load.queued // size // max(load.instances, 1)
+    return load.free_in_ns + rounds * full_ns + own_ns
+
+
+def refusal(times: BatchTimes, chosen: TargetPlan, load: Load, target_ns: int) -> float | None:
+    """The predicted time when it exceeds the target (the request is refused), else None."""
+    if target_ns <= 0:
+        return None
+    predicted = predicted_ns(times, chosen, load)
+    return predicted if predicted is not None and predicted > target_ns else None
+
+
+class TargetKeeper:
+    """One batcher's latency target: measures its batches, chooses how batches are formed,
+    and refuses at once the requests it cannot answer in time. Event-loop owned."""
+
+    def __init__(self, name: str, policy: BatchPolicy) -> None:
+        self._name = name
+        self._policy = policy
+        self.times = BatchTimes()
+        self.chosen = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
+        self.forming = policy  # the policy batches are formed with
+        self._planned_ns: int | None = None
+        self._running: dict[int, tuple[int, int]] = {}  # id(instance) -> (start_ns, size)
+
+    def admit(self, now_ns: int, queued: int, idle: bool, instances: int) -> None:
+        """Raise LatencyTargetError when a request arriving now would miss the target."""
+        free_in_ns = 0.0
+        if not idle and self._running:
+            free_in_ns = min(
+                max(0.0, start_ns + (self.times.predict_ns(size) or 0.0) - now_ns)
+                for start_ns, size in self._running.values()
+            )
+        load = Load(queued, int(free_in_ns), instances)
+        target_ns = self._policy.latency_target_ns
+        predicted = refusal(self.times, self.chosen, load, target_ns)
+        if predicted is not None:
+            raise LatencyTargetError(
+                f"model '{self._name}' is over its latency target of {target_ns / 1e6:g} ms "
+                f"(convoy_latency_target_ms): a new request would take about "
+                f"{predicted / 1e6:.0f} ms with {queued} queued; retry later"
+            )
+
+    def started(self, instance: object, start_ns: int, size: int) -> None:
+        self._running[id(instance)] = (start_ns, size)
+
+    def finished(self, instance: object) -> None:
+        self._running.pop(id(instance), None)
+
+    def measured(self, size: int, start_ns: int, end_ns: int) -> BatchPolicy:
+        """Record a successful batch; the policy to form batches with from now on."""
+        self.times.record(size, end_ns - start_ns)
+        if self._planned_ns is None or end_ns - self._planned_ns >= _REPLAN_NS:
+            self._planned_ns = end_ns
+            self.chosen = plan(self.times, self._policy)
+            self.forming = bounded(self._policy, self.chosen)
+        return self.forming
+
+
+def bounded(policy: BatchPolicy, chosen: TargetPlan) -> BatchPolicy:
+    """The model's policy bounded by a plan, with the adaptive delay on."""
+    preferred = tuple(p for p in policy.preferred_batch_sizes if p <= chosen.max_batch_size)
+    return replace(
+        policy,
+        max_batch_size=chosen.max_batch_size,
+        preferred_batch_sizes=preferred or (chosen.max_batch_size,),
+        max_queue_delay_ns=chosen.max_queue_delay_ns,
+        adaptive_delay=True,
+    )

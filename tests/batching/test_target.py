@@ -1,0 +1,137 @@
+"""The latency target's rules: batch times, the plan (batch bound and delay) and refusals, with
+explicit times; and a batcher that refuses at once when its queue is over the target."""
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from batching import Batcher, BatchPolicy, LatencyTargetError, Parameters, PolicyError, TensorMap
+from batching.target import BatchTimes, Load, TargetPlan, plan, predicted_ns, refusal
+from server.core.repository import parse_config
+
+MS = 1_000_000
+
+
+def policy(target_ms: str = "50", batching: str = "", max_batch_size: int = 8) -> BatchPolicy:
+    config = parse_config(
+        f'name: "m" max_batch_size: {max_batch_size} dynamic_batching {{ {batching} }} '
+        f'parameters {{ key: "convoy_latency_target_ms" value {{ string_value: "{target_ms}" }} }}',
+        "inline",
+    )
+    return BatchPolicy.from_config(config)
+
+
+def times(**by_size: float) -> BatchTimes:
+    """Batch times in ms, measured steadily (no spread): times(b1=10, b4=20)."""
+    measured = BatchTimes()
+    for name, ms in by_size.items():
+        measured.record(int(name[1:]), int(ms * MS))
+    return measured
+
+
+def test_the_target_is_read_from_the_config_and_a_bad_one_is_refused() -> None:
+    assert policy("50").latency_target_ns == 50 * MS
+    assert policy("12.5").latency_target_ns == 12_500_000
+    for bad in ("0", "-3", "fast", "nan", "inf"):
+        with pytest.raises(PolicyError, match="convoy_latency_target_ms"):
+            policy(bad)
+
+
+def test_batch_times_interpolate_between_sizes_and_grow_past_the_largest() -> None:
+    measured = times(b1=10, b4=16)
+    assert measured.predict_ns(1) == 10 * MS
+    assert measured.predict_ns(2) == pytest.approx(12 * MS)
+    assert measured.predict_ns(8) == pytest.approx(32 * MS)
+    assert BatchTimes().predict_ns(1) is None
+
+
+def test_a_noisy_size_is_predicted_high() -> None:
+    measured = BatchTimes()
+    for ms in (10, 20, 10, 20, 10, 20):
+        measured.record(1, ms * MS)
+    predicted = measured.predict_ns(1)
+    assert predicted is not None and predicted > 20 * MS
+
+
+def test_the_plan_bounds_the_batch_to_half_the_target_and_the_delay_to_what_is_left() -> None:
+    # b8 takes 40 ms: too long for a 50 ms target; b4 (22.9 ms, interpolated) fits twice,
+    # b5 (27.1) does not. The delay is what the target leaves: 50 - 2 x 22.9 ms.
+    chosen = plan(times(b1=10, b8=40), policy("50"))
+    assert chosen.max_batch_size == 4
+    assert chosen.max_queue_delay_ns == pytest.approx(50 * MS - 2 * (10 + 30 * 3 / 7) * MS)
+    # A generous target takes the whole batch; the delay is at most one batch's time.
+    assert plan(times(b1=10, b8=40), policy("500")) == TargetPlan(8, 40 * MS)
+    # The model's own max_queue_delay bounds it; before any measurement the config holds.
+    assert plan(times(b1=10, b8=40), policy("500", "max_queue_delay_microseconds: 100"))
+    assert plan(BatchTimes(), policy("50", "max_queue_delay_microseconds: 100")) == TargetPlan(
+        8, 100_000
+    )
+    # Even one request over half the target: batches of one, no delay.
+    assert plan(times(b1=30), policy("50")) == TargetPlan(1, 0)
+
+
+def test_a_request_is_refused_when_the_work_ahead_would_take_past_the_target() -> None:
+    measured, chosen = times(b1=5, b4=10), TargetPlan(4, 0)
+    # Idle: its own batch of one.
+    assert predicted_ns(measured, chosen, Load(0, 0, 1)) == 5 * MS
+    # 9 queued: two full batches ahead (10 ms each) after 3 ms of a running one; its own
+    # holds 2 (6.67 ms, interpolated).
+    expected = (3 + 2 * 10 + 5 + 5 / 3) * MS
+    assert predicted_ns(measured, chosen, Load(9, 3 * MS, 1)) == pytest.approx(expected)
+    assert refusal(measured, chosen, Load(9, 3 * MS, 1), 30 * MS) is None
+    assert refusal(measured, chosen, Load(9, 3 * MS, 1), 29 * MS) == pytest.approx(expected)
+    # Two instances take the full batches two at a time.
+    assert predicted_ns(measured, chosen, Load(9, 3 * MS, 2)) == pytest.approx(expected - 10 * MS)
+    # Nothing measured yet: never refused.
+    assert refusal(BatchTimes(), chosen, Load(100, 0, 1), 1) is None
+
+
+@dataclass(frozen=True)
+class Answered:
+    responses: list[dict[str, np.ndarray] | Exception]
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+
+class Sleeper:
+    """Answers each request with its input after `delay_s` per batch."""
+
+    name = "sleeper"
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Answered:
+        await asyncio.sleep(self.delay_s)
+        return Answered([dict(r) for r in requests])
+
+
+async def test_a_batcher_over_its_target_refuses_at_once_and_serves_what_it_accepted() -> None:
+    batcher = Batcher("m", [Sleeper(0.03)], policy("100", max_batch_size=1))
+    await batcher.start()
+    x = {"x": np.zeros((1, 1), np.float32)}
+    await batcher.infer(x, 1)  # measures one batch: about 30 ms
+    tasks = []
+    for _ in range(8):
+        tasks.append(asyncio.create_task(batcher.infer(x, 1)))
+        await asyncio.sleep(0)  # each is queued (or refused) before the next arrives
+    started = time.monotonic()
+    with pytest.raises(LatencyTargetError, match="latency target of 100 ms"):
+        await batcher.infer(x, 1)  # over the target: refused without waiting
+    assert time.monotonic() - started < 0.005
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, LatencyTargetError)]
+    served = [r for r in results if not isinstance(r, BaseException)]
+    assert len(refused) + len(served) == 8
+    assert 2 <= len(served) <= 4, "8 x 30 ms is past 100 ms: the queue holds only a few"
+    await batcher.stop(1.0)
