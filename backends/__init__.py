@@ -40,9 +40,10 @@ from backends.onnxruntime import (
 )
 from backends.openvino import OpenVinoInstance, OpenVinoSettings
 from backends.python import ModelCaller, PythonInstance, PythonSettings, SharedArrays
-from backends.pytorch import TorchInstance, TorchSettings, torch_placements
+from backends.pytorch import AotiInstance, TorchInstance, TorchSettings, torch_placements
 
 __all__ = [
+    "AotiInstance",
     "ArrayNamespace",
     "BackendError",
     "CudaOrtInstance",

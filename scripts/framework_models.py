@@ -10,6 +10,7 @@ file, saved with full-precision weights. torch and openvino are imported only he
 from __future__ import annotations
 
 import importlib
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ def torch_available() -> bool:
 
 def openvino_available() -> bool:
     return importlib.util.find_spec("openvino") is not None
+
+
+def cxx_available() -> bool:
+    """AOTInductor compiles the exported program with the system's C++ compiler."""
+    return any(shutil.which(name) for name in ("g++", "c++", "clang++"))
 
 
 def save_torchscript(model: onnx.ModelProto, examples: list[np.ndarray], path: Path) -> Path:
@@ -52,6 +58,42 @@ def save_simple_torchscript(path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.jit.script(Simple()).save(str(path))
+    return path
+
+
+def _simple_module(torch: Any) -> Any:
+    """Triton's "simple" as an eager torch module: forward(INPUT0, INPUT1) -> (sum, difference)."""
+
+    class Simple(torch.nn.Module):  # type: ignore[misc, name-defined]
+        def forward(self, INPUT0: Any, INPUT1: Any) -> Any:
+            return INPUT0 + INPUT1, INPUT0 - INPUT1
+
+    return Simple().eval()
+
+
+def simple_eager(input0: np.ndarray, input1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What eager PyTorch answers for "simple" (the reference for its compiled forms)."""
+    torch = importlib.import_module("torch")
+    with torch.no_grad():
+        total, difference = _simple_module(torch)(
+            torch.from_numpy(input0), torch.from_numpy(input1)
+        )
+    return total.numpy(), difference.numpy()
+
+
+def save_simple_aoti(path: Path) -> Path:
+    """Triton's "simple" exported with torch.export for one request of [1, 16] FP32 tensors and
+    compiled ahead of time by AOTInductor into a `.pt2` package (the C++ compiler runs here, a
+    few tens of seconds; the wrapper is built without optimization to keep that short)."""
+    torch = importlib.import_module("torch")
+    examples = (torch.zeros(1, 16), torch.zeros(1, 16))
+    exported = torch.export.export(_simple_module(torch), examples)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch._inductor.aoti_compile_and_package(
+        exported,
+        package_path=str(path),
+        inductor_configs={"aot_inductor.compile_wrapper_opt_level": "O0"},
+    )
     return path
 
 
@@ -148,6 +190,18 @@ def write_simple_torchscript(repo: Path) -> Path:
     return model_dir
 
 
+def write_simple_aoti(repo: Path) -> Path:
+    """`simple` as a PyTorch 2 AOTInductor package (`platform: "torch_aoti"`): one request at a
+    time (Triton's beta serves batch size 1); positional inputs and outputs by config order."""
+    config = 'name: "simple_aoti"\nplatform: "torch_aoti"\n' + SIMPLE_IO.replace(
+        "max_batch_size: 8", "max_batch_size: 1"
+    )
+    model_dir = repo / "simple_aoti"
+    save_simple_aoti(model_dir / "1" / "model.pt2")
+    (model_dir / "config.pbtxt").write_text(config, encoding="utf-8")
+    return model_dir
+
+
 def write_simple_openvino(repo: Path) -> Path:
     """`simple` as OpenVINO IR (model.xml + model.bin), converted from its ONNX file."""
     model_dir = repo / "simple_openvino"
@@ -188,9 +242,10 @@ def write_simple_frameworks(repo: Path) -> Path:
     return model_dir
 
 
-# name -> (writer, the extras it needs)
+# name -> (writer, the extras it needs; "c++", a C++ compiler on the PATH)
 EXAMPLES = (
     ("simple_torchscript", write_simple_torchscript, ("pytorch",)),
+    ("simple_aoti", write_simple_aoti, ("pytorch", "c++")),
     ("simple_openvino", write_simple_openvino, ("openvino",)),
     ("simple_frameworks", write_simple_frameworks, ("pytorch", "openvino")),
 )
@@ -199,12 +254,14 @@ EXAMPLES = (
 def write_examples(repo: Path, *, skip_existing: bool = False) -> list[Path]:
     """The example models needing the pytorch or openvino extras, where they are installed;
     the others are named with the extra that would bring them."""
-    have = {"pytorch": torch_available(), "openvino": openvino_available()}
+    have = {"pytorch": torch_available(), "openvino": openvino_available(), "c++": cxx_available()}
     written = []
     for name, write, extras in EXAMPLES:
         missing = [extra for extra in extras if not have[extra]]
-        if missing:
-            hint = ",".join(missing)
+        if missing == ["c++"]:
+            print(f"skipped {repo / name} (AOTInductor needs a C++ compiler: g++, c++ or clang++)")
+        elif missing:
+            hint = ",".join(extra for extra in missing if extra != "c++")
             print(f"skipped {repo / name} (needs pip install 'convoy[{hint}]')")
         elif skip_existing and (repo / name).exists():
             print(f"skipped {repo / name} (exists)")

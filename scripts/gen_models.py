@@ -2,7 +2,8 @@
 the seed's pipeline: preprocess (Python backend) -> resnet18 -> label_head, served as `classify`,
 and two stateful (sequence) models: accumulate (ONNX, implicit state) and accumulate_python.
 With the pytorch and openvino extras installed, also `simple` as TorchScript (simple_torchscript)
-and as OpenVINO IR (simple_openvino), and simple_frameworks, an ensemble crossing all three.
+and as OpenVINO IR (simple_openvino), and simple_frameworks, an ensemble crossing all three; with
+the pytorch extra and a C++ compiler, `simple` compiled by AOTInductor (simple_aoti, torch_aoti).
 
 Usage: python scripts/gen_models.py [OUT_DIR] [--skip-existing]   (OUT_DIR defaults to `models`)
 """

@@ -223,6 +223,17 @@ def _build(repo: Path, work: Path) -> None:
     _write(repo, "cross_ensemble", _ensemble(), {})
     write_simple(repo)  # the example repository's ONNX `simple`, which simple_frameworks uses
     framework_models.write_examples(repo)
+    package = repo / "simple_aoti" / "1" / "model.pt2"
+    if package.exists():  # compiled where a C++ compiler is found: one batched beyond the beta
+        batched = (repo / "simple_aoti" / "config.pbtxt").read_text(encoding="utf-8")
+        _write(
+            repo,
+            "aoti_batched",
+            batched.replace("simple_aoti", "aoti_batched").replace(
+                "max_batch_size: 1", "max_batch_size: 4"
+            ),
+            {"model.pt2": package.read_bytes()},
+        )
     # TensorRT asked for on a CPU instance: ignored there (as in Triton), and the completed
     # config reports the providers the session really runs with.
     _write(
@@ -575,6 +586,29 @@ def test_ensemble_crosses_three_frameworks(triton: grpcclient.InferenceServerCli
         a, b = arrays["INPUT0"], arrays["INPUT1"]
         np.testing.assert_allclose(result.as_numpy("OUTPUT0"), 2 * (a + b), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(result.as_numpy("OUTPUT1"), 2 * (a - b), rtol=1e-5, atol=1e-5)
+
+
+def test_example_aoti_package_answers_as_eager_pytorch(
+    triton: grpcclient.InferenceServerClient, repository: Path
+) -> None:
+    """scripts/gen_models.py's simple_aoti (`platform: "torch_aoti"`, AOTInductor-compiled
+    here): the same answers as the eager module; batch size 1 only, as Triton's beta."""
+    if not (repository / "simple_aoti").exists():
+        pytest.skip("no C++ compiler: AOTInductor could not compile simple_aoti")
+    config = triton.get_model_config("simple_aoti").config
+    assert (config.platform, config.backend) == ("torch_aoti", "pytorch")
+    for seed in (3, 4):
+        arrays = _pair(1, seed=seed)
+        result = _infer(triton, "simple_aoti", arrays)
+        total, difference = framework_models.simple_eager(arrays["INPUT0"], arrays["INPUT1"])
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), total, rtol=1e-6)
+        np.testing.assert_allclose(result.as_numpy("OUTPUT1"), difference, rtol=1e-6)
+    with pytest.raises(InferenceServerException) as refused:
+        _infer(triton, "simple_aoti", _pair(2, seed=5))
+    assert "inference request batch-size must be <= 1" in refused.value.message()
+    entry = {m.name: m for m in triton.get_model_repository_index().models}["aoti_batched"]
+    assert entry.state == "UNAVAILABLE"
+    assert "max_batch_size must be 0 or 1, not 4" in entry.reason
 
 
 @pytest.mark.parametrize(("model", "reason"), sorted(BROKEN_LOADS.items()))

@@ -18,6 +18,9 @@ PYTHON_DEFAULT_FILENAME = "model.py"
 PYTORCH_PLATFORM = "pytorch_libtorch"
 PYTORCH_BACKEND = "pytorch"
 PYTORCH_DEFAULT_FILENAME = "model.pt"
+# PyTorch 2 AOTInductor packages, served by the PyTorch backend (Triton 2.6x's beta).
+AOTI_PLATFORM = "torch_aoti"
+AOTI_DEFAULT_FILENAME = "model.pt2"
 OPENVINO_BACKEND = "openvino"
 OPENVINO_DEFAULT_FILENAME = "model.xml"  # with model.bin beside it
 # Backend -> its platform, as Triton pairs them (a config may give either); None: no platform.
@@ -56,11 +59,15 @@ def fill_identity(config: mc.ModelConfig, model: str) -> mc.ModelConfig:
         pass  # no backend and no model file: the steps run other models
     elif not done.backend and not done.platform:
         done.backend, done.platform = ONNX_BACKEND, ONNX_PLATFORM
+    elif not done.backend and done.platform == AOTI_PLATFORM:
+        done.backend = PYTORCH_BACKEND
     elif not done.backend:
         done.backend = next((b for b, p in _PLATFORMS.items() if p == done.platform), "")
     elif not done.platform:
         done.platform = _PLATFORMS.get(done.backend, "")
-    if not done.default_model_filename:
+    if not done.default_model_filename and done.platform == AOTI_PLATFORM:
+        done.default_model_filename = AOTI_DEFAULT_FILENAME
+    elif not done.default_model_filename:
         done.default_model_filename = _DEFAULT_FILENAMES.get(done.backend, "")
     if not done.HasField("version_policy"):
         done.version_policy.latest.num_versions = 1

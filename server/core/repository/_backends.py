@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from backends import (
+    AotiInstance,
     Instance,
     OpenVinoInstance,
     OrtInstance,
@@ -21,6 +22,7 @@ from backends import (
 from backends.pytorch import torch_cuda_device_count
 from proto import model_config_pb2 as mc
 from server.core.repository._autocomplete import (
+    AOTI_PLATFORM,
     ONNX_BACKEND,
     OPENVINO_BACKEND,
     OPENVINO_DEFAULT_FILENAME,
@@ -92,6 +94,8 @@ def open_instance(
     if config.backend == PYTORCH_BACKEND:
         if placement.note:
             _log.warning("%s (instance '%s')", placement.note, name)
+        if config.platform == AOTI_PLATFORM:
+            return AotiInstance.load(name, model_file, config, placement.device)
         return TorchInstance.load(name, model_file, config, placement.device)
     if config.backend == OPENVINO_BACKEND:
         return OpenVinoInstance.load(name, model_file, config)

@@ -10,6 +10,7 @@ from proto import model_config_pb2 as mc
 from server.contract.datatypes import wire_name
 from server.contract.errors import ConfigError
 from server.core.repository._autocomplete import (
+    AOTI_PLATFORM,
     ONNX_BACKEND,
     ONNX_PLATFORM,
     OPENVINO_BACKEND,
@@ -26,7 +27,11 @@ def check_backend(config: mc.ModelConfig) -> None:
     clear load error."""
     onnx = config.backend == ONNX_BACKEND and config.platform in ("", ONNX_PLATFORM)
     python = config.backend == PYTHON_BACKEND and not config.platform
-    pytorch = config.backend == PYTORCH_BACKEND and config.platform in ("", PYTORCH_PLATFORM)
+    pytorch = config.backend == PYTORCH_BACKEND and config.platform in (
+        "",
+        PYTORCH_PLATFORM,
+        AOTI_PLATFORM,
+    )
     openvino = config.backend == OPENVINO_BACKEND and not config.platform
     served = onnx or python or pytorch or openvino
     if not (served or (is_ensemble(config) and not config.backend)):
@@ -34,8 +39,8 @@ def check_backend(config: mc.ModelConfig) -> None:
         raise ConfigError(
             f"model '{config.name}': backend '{kind}' is not supported (supported: backend "
             f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTORCH_BACKEND}" / '
-            f'platform "{PYTORCH_PLATFORM}", backend "{OPENVINO_BACKEND}", backend '
-            f'"{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
+            f'platform "{PYTORCH_PLATFORM}" or "{AOTI_PLATFORM}", backend "{OPENVINO_BACKEND}", '
+            f'backend "{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
         )
     if config.HasField("sequence_batching") and config.model_transaction_policy.decoupled:
         raise ConfigError(

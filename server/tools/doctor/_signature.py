@@ -15,6 +15,7 @@ from server.tools.doctor._findings import Check
 BACKEND_EXTRAS = {
     "pytorch": "pytorch",
     "pytorch_libtorch": "pytorch",
+    "torch_aoti": "pytorch",
     "openvino": "openvino",
 }
 
