@@ -20,7 +20,7 @@ import asyncio
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -70,7 +70,12 @@ class Family:
 async def _repository(root: Path, *, cached: bool, limited: bool) -> Repository:
     write_model(root, "simple", simple(), _CONFIG + (_CACHED if cached else ""))
     cache: ResponseCache | None = LocalCache(1 << 20) if cached else None
-    repository = Repository([root], cache=cache, limiter=RateLimiter([]) if limited else None)
+    repository = Repository(
+        [root],
+        cache=cache,
+        limiter=RateLimiter([]) if limited else None,
+        latency_histograms=True,
+    )
     await repository.load_many()
     failures = repository.failures()
     if failures:
@@ -78,16 +83,47 @@ async def _repository(root: Path, *, cached: bool, limited: bool) -> Repository:
     return repository
 
 
-def _collect(
-    repository: Repository, options: MetricsOptions, cache: ResponseCache | None = None
-) -> dict[str, Family]:
-    families: dict[str, Family] = {}
-    for metric in StatsCollector(repository, options, cache).collect():
-        family = Family(metric.name, metric.type, metric.documentation)
-        for sample in metric.samples:
-            family.labels.update(sample.labels)
-        families[metric.name] = family
-    return families
+# Everything on: the options under which the collector exports every family it has.
+_ALL = MetricsOptions(gpu=False, summaries=True, latency_histograms=True)
+_DEFAULT = MetricsOptions(gpu=False)
+# (what adds the families, the options that add them to the default ones)
+_ADDED = (
+    ("with `--metrics-config summary_latencies=true`", replace(_DEFAULT, summaries=True)),
+    (
+        "with `--metrics-config histogram_latencies=true`",
+        replace(_DEFAULT, latency_histograms=True),
+    ),
+)
+# (the setting, the options with it, from everything on)
+_REMOVED = (
+    ("`--metrics-config counter_latencies=false`", replace(_ALL, counter_latencies=False)),
+    (
+        "`--metrics-config histogram_latencies=false`",
+        replace(_ALL, histograms=False, latency_histograms=False),
+    ),
+    ("`--allow-cpu-metrics false`", replace(_ALL, cpu=False)),
+)
+
+
+class _Collection:
+    """The families of several scrapes, their labels merged (a family may have samples in one
+    repository and none in another)."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Family] = {}
+
+    def collect(
+        self, repository: Repository, options: MetricsOptions, cache: ResponseCache | None = None
+    ) -> set[str]:
+        names = set()
+        for metric in StatsCollector(repository, options, cache).collect():
+            family = self.families.setdefault(
+                metric.name, Family(metric.name, metric.type, metric.documentation)
+            )
+            for sample in metric.samples:
+                family.labels.update(sample.labels)
+            names.add(metric.name)
+        return names
 
 
 async def _metric_families() -> list[Family]:
@@ -95,30 +131,23 @@ async def _metric_families() -> list[Family]:
         plain = await _repository(Path(plain_dir), cached=False, limited=False)
         full = await _repository(Path(full_dir), cached=True, limited=True)
         try:
-            base = MetricsOptions(gpu=False)
+            seen = _Collection()
             cache = LocalCache(1 << 20)
-            everything = _collect(full, MetricsOptions(gpu=False, summaries=True), cache)
-            default = _collect(plain, base)
-            added: tuple[tuple[str, dict[str, Family]], ...] = (
-                ("with `--cache-config`", _collect(plain, base, cache)),
-                ("with `--rate-limit execution_count`", _collect(full, base)),
-                (
-                    "with `--metrics-config summary_latencies=true`",
-                    _collect(plain, MetricsOptions(gpu=False, summaries=True)),
-                ),
-            )
-            removed: tuple[tuple[str, MetricsOptions], ...] = (
-                ("`--metrics-config counter_latencies=false`", _off(counter_latencies=False)),
-                ("`--metrics-config histogram_latencies=false`", _off(histograms=False)),
-                ("`--allow-cpu-metrics false`", _off(cpu=False)),
-            )
-            for flag, options in removed:
-                left = {*_collect(plain, options), *_collect(full, options, cache)}
-                for name in everything.keys() - left:
-                    everything[name].off.append(flag)
-            for name, family in everything.items():
-                if name not in default:
-                    family.when = next(w for w, names in added if name in names)
+            every = seen.collect(full, _ALL, cache) | seen.collect(plain, _ALL)
+            default = seen.collect(plain, _DEFAULT)
+            added = [
+                ("with `--cache-config`", seen.collect(plain, _DEFAULT, cache)),
+                ("with `--rate-limit execution_count`", seen.collect(full, _DEFAULT)),
+                *((when, seen.collect(plain, options)) for when, options in _ADDED),
+            ]
+            for name in every - default:
+                seen.families[name].when = next(w for w, names in added if name in names)
+            for flag, options in _REMOVED:
+                left = seen.collect(plain, options) | seen.collect(full, options, cache)
+                for name in every - left:
+                    family = seen.families[name]
+                    if flag.strip("`").split("=")[0] not in family.when:  # not its own switch
+                        family.off.append(flag)
         finally:
             await plain.unload_all(5.0)
             await full.unload_all(5.0)
@@ -130,7 +159,12 @@ async def _metric_families() -> list[Family]:
         for sample in metric.samples:
             family.labels.update(sample.labels)
         gpu.append(family)
-    return [*everything.values(), *gpu]
+    return [*(seen.families[name] for name in _ordered(seen.families, every)), *gpu]
+
+
+def _ordered(families: dict[str, Family], names: set[str]) -> list[str]:
+    """The collector's own order (the order families were first seen)."""
+    return [name for name in families if name in names]
 
 
 class _Reading:
@@ -169,10 +203,6 @@ def _gpu_sampler() -> GpuSampler:
     sampler._nvml = _OneGpu()
     sampler._energy_start_mj = {0: 0}
     return sampler
-
-
-def _off(**changes: bool) -> MetricsOptions:
-    return MetricsOptions(gpu=False, summaries=True, **changes)  # type: ignore[arg-type]
 
 
 def metrics_page() -> str:
@@ -267,6 +297,10 @@ CONFIG_SUPPORT: dict[str, str] = {
     "[Model control](../guide/model-control.md))",
     "model_transaction_policy": "`decoupled: true` for Python models (0..N responses per request "
     "over `ModelStreamInfer`)",
+    "model_metrics": "`metric_control`: the model's own buckets for Triton's latency histograms "
+    "(`--metrics-config histogram_latencies=true`); bounds that are not finite and strictly "
+    "ascending fail the load, an unknown family is logged and ignored (see "
+    "[Metrics](../operations/metrics.md))",
     "response_cache": "`enable: true` caches the model's responses when the server has a cache "
     "(see [Response cache](../guide/cache-and-rate-limiter.md#response-cache))",
 }
