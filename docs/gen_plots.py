@@ -79,8 +79,11 @@ def backends_plot() -> None:
         axis.set_title(backend)
         axis.set_ylim(0, 1.05)
     axes[0].set_ylabel("infer/s over the step's ceiling")
-    axes[-1].legend(loc="lower right", fontsize="small")
-    figure.suptitle(f"resnet18 served by each backend ({results['date']}; dashed: the 0.9 target)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.1))
+    figure.suptitle(
+        f"resnet18 served by each backend ({results['date']}; dashed: the 0.9 target)", y=1.04
+    )
     _save(figure, "backends")
 
 
