@@ -101,6 +101,7 @@ class InferRequest:
     # Outputs asked for as their top classes (the classification extension): name -> count.
     classification: Mapping[str, int] = field(default_factory=dict)
     received: Received | None = None  # its front end's receive stage, when tracing is on
+    load_report: bool = False  # a balancer asked for the model's load with the response
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy.typing as npt
 
+from server.contract.load import LoadReport
 from server.contract.model_io import TensorSpec
 
 
@@ -28,3 +29,4 @@ class InferResponse:
     model: str
     version: int
     outputs: list[InferOutput]
+    load: LoadReport | None = None  # the model's load, when the request asked for it

@@ -14,13 +14,16 @@ from batching import InFlight, RequestResult
 from server.contract.errors import (
     SERVER_STOPPING,
     ModelLoadFailedError,
+    ModelNotFoundError,
     ModelNotReadyError,
     ServerStoppingError,
     UnsupportedError,
 )
+from server.contract.load import LoadReport
 from server.contract.model_io import check_request
 from server.contract.requests import InferRequest
 from server.contract.responses import InferOutput, InferResponse
+from server.core.metrics.load import load_report
 from server.core.observability.tracing import (
     RequestTracer,
     TracedRequest,
@@ -79,7 +82,19 @@ class Engine:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Serve one request; its `carrier` holds its trace headers when tracing is on."""
-        return await self._infer(request, None)
+        response = await self._infer(request, None)
+        if request.load_report:
+            return replace(response, load=self._load_report(response))
+        return response
+
+    def _load_report(self, response: InferResponse) -> LoadReport | None:
+        """The answering version's load now (None: it was unloaded meanwhile)."""
+        try:
+            version = self.repository.get(response.model, str(response.version))
+        except (ModelNotFoundError, ModelNotReadyError):
+            return None
+        versions = [v for entry in self.repository.entries() for v in entry.ready.values()]
+        return load_report(version, versions)
 
     async def _infer(self, request: InferRequest, target: ModelVersion | None) -> InferResponse:
         # `target`: the version, when the caller has looked it up already (None: look it up).

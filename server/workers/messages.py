@@ -23,6 +23,7 @@ from proto import model_config_pb2 as mc
 from server.contract.core import StreamItem
 from server.contract.datatypes import BY_WIRE, DataType, decode_raw, encode_raw
 from server.contract.errors import InternalError, ServerError
+from server.contract.load import LoadReport
 from server.contract.model_io import ModelIO, TensorSpec
 from server.contract.requests import (
     InferInput,
@@ -38,7 +39,7 @@ from server.workers.frames import Message
 # Worker -> core.
 INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,
 #                   deadline_ns, share, parameters, sequence, carrier, output_locations,
-#                   classification, received, inputs)
+#                   classification, received, inputs, load_report)
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -46,7 +47,9 @@ READY = "ready"  # (READY, grpc_port, http_port): the worker serves
 STOPPED = "stopped"  # (STOPPED,): the worker sends no request after this one
 # Core -> worker.
 WELCOME = "welcome"  # (WELCOME, front-end settings, tracing, cuda_shm, serving, log settings)
-ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None): None, a final flag alone
+ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, load | None): outputs
+#                   None, a final flag alone; load, the LoadReport's fields when the request
+#                   asked for it
 FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band): in_band, one response
 #                    of a stream failed; else the request failed as a whole (and final is True)
 DONE = "done"  # (DONE, rid): a stream ended without a final response
@@ -117,6 +120,7 @@ def encode_infer(
             (tensor.name, tensor.datatype, tensor.shape, *placement)
             for tensor, placement in zip(request.inputs, placements, strict=True)
         ),
+        request.load_report,
     )
 
 
@@ -124,7 +128,7 @@ def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferReque
     """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
     (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
     deadline_ns, share, parameters, sequence, carrier, locations = message[9:15]
-    classification, received, tensors = message[15:]
+    classification, received, tensors, load_report = message[15:]
     options = (
         InferOptions(
             priority,
@@ -149,6 +153,7 @@ def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferReque
         locations,
         classification,
         None if received is None else Received(*received),
+        load_report,
     )
     return rid, stream, request
 
@@ -179,22 +184,24 @@ def encode_answer(
 ) -> Message:
     """One response (None: a final flag alone), its outputs placed (in order) by the core."""
     if response is None:
-        return (ANSWER, rid, final, "", 0, None)
+        return (ANSWER, rid, final, "", 0, None, None)
     outputs = tuple(
         [
             (output.spec.name, output.spec.datatype.wire, output.spec.dims, output.shape, *placed)
             for output, placed in zip(response.outputs, placements, strict=True)
         ]
     )
-    return (ANSWER, rid, final, response.model, response.version, outputs)
+    load = None if (r := response.load) is None else (r.queue_length, r.in_flight, r.load_ratio)
+    return (ANSWER, rid, final, response.model, response.version, outputs, load)
 
 
 def decode_answer(message: Message, outputs: Arena, release: Released) -> InferResponse | None:
     """The response with its outputs copied out of `outputs`, whose blocks are then released."""
-    _, _, _, model, version, tensors = message
+    _, _, _, model, version, tensors, load = message
     if tensors is None:
         return None
-    return InferResponse(model, version, [_decode_output(t, outputs, release) for t in tensors])
+    decoded = [_decode_output(t, outputs, release) for t in tensors]
+    return InferResponse(model, version, decoded, None if load is None else LoadReport(*load))
 
 
 def _decode_output(tensor: tuple[Any, ...], outputs: Arena, release: Released) -> InferOutput:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.metrics_core import Metric
 
+from server.contract.load import LoadReport
 from server.core.repository import ModelVersion
 
 
@@ -22,6 +23,13 @@ def capacity(version: ModelVersion) -> int:
 def load_ratio(parts: Iterable[tuple[int, int]]) -> float:
     """The largest in-flight / capacity over (in flight, capacity) pairs; 0.0 with none."""
     return max((in_flight / room for in_flight, room in parts if room > 0), default=0.0)
+
+
+def load_report(version: ModelVersion, versions: Iterable[ModelVersion]) -> LoadReport:
+    """What a response reports of its version's load (`endpoint-load-metrics`): its queue and
+    requests in flight, and the server's ratio over `versions` (the loaded ones)."""
+    ratio = load_ratio((v.scheduler.in_flight, capacity(v)) for v in versions if v.instances)
+    return LoadReport(version.scheduler.queue_depth, version.scheduler.in_flight, ratio)
 
 
 def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:

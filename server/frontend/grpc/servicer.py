@@ -34,6 +34,7 @@ from server.frontend.grpc.codec import (
 )
 from server.frontend.grpc.status import status_for
 from server.frontend.grpc.stream import Outbox, stream_error, stream_message
+from server.frontend.orca import FORMAT_HEADER, REPORT_HEADER, report_header, requested_format
 
 _log = logging.getLogger(__name__)
 
@@ -201,11 +202,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Any
     ) -> pb.ModelInferResponse:
-        return encode_response(await self._core.infer(self._decoded(request, context)), request.id)
+        form = requested_format(
+            value for key, value in (context.invocation_metadata() or ()) if key == FORMAT_HEADER
+        )
+        response = await self._core.infer(self._decoded(request, context, form is not None))
+        if form is not None and response.load is not None:  # a balancer's load report
+            context.set_trailing_metadata(((REPORT_HEADER, report_header(response.load, form)),))
+        return encode_response(response, request.id)
 
-    def _decoded(self, request: pb.ModelInferRequest, context: Any) -> InferRequest:
+    def _decoded(
+        self, request: pb.ModelInferRequest, context: Any, load_report: bool = False
+    ) -> InferRequest:
         """The engine's request: tensors decoded (shared memory read), parameters parsed; when
-        the core traces, with its trace headers and when its decoding began and ended."""
+        the core traces, with its trace headers and when its decoding began and ended;
+        `load_report`: the response is to carry the model's load."""
         tracing = self._core.info.tracing
         started_ns = time.monotonic_ns() if tracing else 0
         inputs = decode_inputs(request)
@@ -228,6 +238,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             locations,
             classes,
             Received("GRPC", started_ns, time.monotonic_ns()) if tracing else None,
+            load_report=load_report,
         )
 
     async def ModelStreamInfer(
