@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Awaitable
 from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
@@ -177,23 +178,31 @@ class App:
         elif self._front_end is not None:
             await self._front_end.set_health(ready)
 
-    async def stop(self) -> None:
-        """Readiness goes false, new requests get UNAVAILABLE, in-flight ones finish (bounded)."""
+    async def stop(self, force: asyncio.Event | None = None) -> None:
+        """The drain: readiness goes false and new connections are refused at once; a request
+        on a connection already open gets UNAVAILABLE; those in flight finish (bounded by
+        --exit-timeout-secs); then the front ends close their connections and everything stops.
+        `force` set (a second signal) cuts the waits short."""
         timeout_s = self.settings.exit_timeout_s
+        forced = force or asyncio.Event()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
         if self._workers is not None:
-            await self._workers.stop_accepting(timeout_s)
+            await _unless(forced, self._workers.stop_accepting(timeout_s))
         self.engine.stop_accepting()
         await self._set_health()
-        if not await self.engine.wait_idle(timeout_s):
+        if self._front_end is not None:
+            await self._front_end.drain()
+        if not await _unless(forced, self.engine.wait_idle(timeout_s)):
             _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
         if self._front_end is not None:
-            await self._front_end.stop(grace_s=1.0)
+            await self._front_end.stop(grace_s=0.0 if forced.is_set() else 1.0)
         if self._workers is not None:
-            await self._workers.stop()
+            await _unless(forced, self._workers.stop())
+            if forced.is_set():
+                await self._workers.kill()
         for reserved in self._reserved:
             reserved.close()
         await self.repository.unload_all(timeout_s=1.0)
@@ -236,6 +245,21 @@ class App:
             except ServerError as exc:  # e.g. a repository directory gone: try again later
                 _log.error("repository poll failed: %s", exc)
             await self._set_health()
+
+
+async def _unless(force: asyncio.Event, step: Awaitable[bool | None]) -> bool:
+    """Await `step` unless `force` is set first (then the step is cancelled); whether the step
+    finished and said yes (None counts as yes)."""
+    task = asyncio.ensure_future(step)
+    forced = asyncio.ensure_future(force.wait())
+    await asyncio.wait({task, forced}, return_when=asyncio.FIRST_COMPLETED)
+    forced.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+    return task.result() is not False
 
 
 def rate_limiter(settings: ServerSettings) -> RateLimiter | None:

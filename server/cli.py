@@ -82,21 +82,29 @@ def _run(settings: ServerSettings, notes: Sequence[str]) -> int:
     for note in notes:
         _log.warning("%s", note)
     try:
-        uvloop.run(serve(settings, logs))
+        return uvloop.run(serve(settings, logs))
     except (OSError, ValueError, ServerError) as exc:
         _log.error("cannot serve: %s", exc)
         return 1
-    return 0
 
 
-async def serve(settings: ServerSettings, logs: LogControl | None = None) -> None:
-    """Run until SIGTERM or SIGINT, then stop gracefully."""
+async def serve(settings: ServerSettings, logs: LogControl | None = None) -> int:
+    """Run until SIGTERM or SIGINT, then drain; the exit status. A second signal during the
+    drain stops at once, as uvicorn's rule (status 1): what is still in flight is cut."""
     app = App(settings, logs)
-    stop = asyncio.Event()
+    stop, force = asyncio.Event(), asyncio.Event()
+
+    def signalled() -> None:
+        if stop.is_set() and not force.is_set():
+            _log.warning("second signal: stopping now, without waiting for requests in flight")
+            force.set()
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, signalled)
     await app.start()
     await stop.wait()
-    _log.info("signal received: draining")
-    await app.stop()
+    _log.info("signal received: draining (a second signal stops at once)")
+    await app.stop(force)
+    return 1 if force.is_set() else 0

@@ -5,11 +5,12 @@ Loaded by path in the worker (`_worker.py` imports nothing from Convoy), as a pa
 the server.
 
 A message is a protocol-5 pickle whose arrays are out-of-band buffers, so the pickle holds only
-their shapes and dtypes. Each direction has a `Ring`: a memfd both processes map, where the
-sender copies a message's buffers and the socket carries their offsets and lengths only. The
-receiver releases a message's space in the order the messages came; a buffer that does not fit
-(the ring is full, or smaller than the buffer) travels inline on the socket instead, so a sender
-never waits for space.
+their shapes and dtypes; a BYTES tensor (an object array of bytes) travels the same way, as its
+items' lengths and their concatenation, rebuilt by `bytes_tensor`. Each direction has a `Ring`:
+a memfd both processes map, where the sender copies a message's buffers and the socket carries
+their offsets and lengths only. The receiver releases a message's space in the order the
+messages came; buffers that do not fit (the ring is full, or smaller than they are) travel
+inline on the socket instead, so a sender never waits for space.
 
 Who keeps what: the server copies what it receives out of the ring at once (its answers live on
 after the worker's next batch). The worker hands the arrays of what the server leases (an
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import mmap
 import os
 import pickle
@@ -33,6 +35,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 RING_BYTES = 64 << 20  # each direction's shared memory; pages are touched only as used
 _ALIGN = 64
@@ -44,6 +48,11 @@ _HEADER = struct.Struct("<IQQB")  # buffer count, pickle length, ring end, lease
 LEASE_NONE, LEASE_NEW_BATCH, LEASE_TO_BATCH = 0, 1, 2
 _BUFFER = struct.Struct("<QQ")  # one buffer's length, its ring offset + 1 (0: inline)
 _MAX_PARTS = 512  # buffers per sendmsg, well under the kernel's IOV_MAX
+
+
+# This module's name in a worker (loaded by path) and in the server: a pickle names
+# `bytes_tensor` by either.
+_MODULE_NAMES = frozenset({"convoy_python_frames", "backends.python._frames"})
 
 
 def _aligned(size: int) -> int:
@@ -143,13 +152,62 @@ class Ring:
                 _TAIL.pack_into(self._map, 0, tail)
 
 
+def bytes_tensor(shape: tuple[int, ...], lengths: Any, data: Any) -> np.ndarray:
+    """A BYTES tensor from its items' lengths and their concatenation (as `_Pickler` sends it)."""
+    ends = np.cumsum(np.frombuffer(lengths, dtype="<u8")).tolist()
+    blob = bytes(data)
+    items = np.empty(len(ends), dtype=object)
+    items[:] = [blob[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+    return items.reshape(shape)
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is not np.ndarray or obj.dtype != object:
+            return NotImplemented
+        items = obj.ravel().tolist()
+        try:
+            data = b"".join(items)
+        except TypeError:  # not all bytes: pickled as any object array
+            return NotImplemented
+        lengths = np.fromiter(map(len, items), dtype="<u8", count=len(items))
+        return bytes_tensor, (
+            obj.shape,
+            pickle.PickleBuffer(lengths.data),
+            pickle.PickleBuffer(data),
+        )
+
+
+class Unpickler(pickle.Unpickler):
+    """Rebuilds a message; `allowed`: the only globals besides `bytes_tensor` it may name (the
+    server's, so that a model cannot run code in the server's process), or None for any."""
+
+    def __init__(
+        self,
+        data: bytes | bytearray,
+        buffers: Sequence[Any],
+        allowed: frozenset[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(io.BytesIO(data), buffers=buffers)
+        self._allowed = allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name == "bytes_tensor" and module in _MODULE_NAMES:
+            return bytes_tensor
+        if self._allowed is not None and (module, name) not in self._allowed:
+            raise pickle.UnpicklingError(f"the message names {module}.{name}")
+        return super().find_class(module, name)
+
+
 def write_message(
     sock: socket.socket, message: object, ring: Ring | None = None, lease: int = LEASE_NONE
 ) -> None:
     """Send `message`, its arrays in `ring` where they fit; `lease`: how long the receiver may
     keep them there (the LEASE_* values)."""
     buffers: list[pickle.PickleBuffer] = []
-    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    stream = io.BytesIO()
+    _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(message)
+    data = stream.getbuffer()
     raws = [buffer.raw() for buffer in buffers]
     placed = ring.place(raws) if ring is not None else None
     if placed is None:
@@ -234,7 +292,7 @@ class WorkerChannel:
             if entry is None or (lease != LEASE_NEW_BATCH and batch is None):
                 buffers = copied(self._incoming, buffers, entry)
                 entry = None
-            message = pickle.loads(data, buffers=buffers)
+            message = Unpickler(data, buffers).load()
             if entry is not None and lease == LEASE_NEW_BATCH:
                 self._executing = self._batches[message[1]] = _Batch([entry], len(message[2]))
             elif entry is not None and batch is not None:

@@ -3,6 +3,9 @@ routes over a `Core`; started, told the server's health, and stopped by its owne
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,10 +20,16 @@ from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from server.contract.core import Core
 from server.contract.ports import probe_port
 from server.contract.settings import FrontEndSettings, GrpcTls
-from server.frontend.grpc import InferenceServicer
+from server.frontend.grpc import InferenceServicer, close_connections, stop_listening
 from server.frontend.http import HttpFrontEnd
 
+_log = logging.getLogger(__name__)
+
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
+_POLL_S = 0.01  # how often a stop looks for the calls still being served
+# After the last call's handler returned, what its answer needs to be written out (grpc sends it
+# after the handler) before the connections close.
+_SETTLE_S = 0.05
 CONNECTION_AGE_MS = 20_000  # with shared ports: a connection's life before it is re-dealt
 # Triton's --grpc-infer-response-compression-level: responses are compressed with gzip at any
 # level but none (gRPC's levels pick among the algorithms the client accepts; Python's server
@@ -44,7 +53,9 @@ class FrontEnd:
         self.http_port = settings.http_port
         self._http: HttpFrontEnd | None = None
         self._server: grpc.aio.Server | None = None
+        self._servicer: InferenceServicer | None = None
         self._health: health_aio.HealthServicer | None = None
+        self._draining = False
 
     async def start(self) -> None:
         settings = self._settings
@@ -105,12 +116,47 @@ class FrontEnd:
         for service in ("", INFERENCE_SERVICE):
             await self._health.set(service, status)
 
-    async def stop(self, grace_s: float = 1.0) -> None:
-        """Stop listening; calls still running get `grace_s` to finish."""
+    async def drain(self) -> None:
+        """The first step of a stop: readiness false, new connections refused (clients and
+        balancers retry those elsewhere); the open ones go on. An HTTP connection closes after its
+        current answer, a gRPC stream ends after the answers of the requests it has."""
+        if self._draining:
+            return
+        self._draining = True
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
         if self._http is not None:
-            await self._http.stop()
+            self._http.drain()
+        if self._server is not None and stop_listening(self.grpc_port):
+            # grpc then logs, as an error, that its acceptor closed: that is this.
+            _log.info("draining: gRPC port %d no longer accepts connections", self.grpc_port)
+        if self._servicer is not None:
+            self._servicer.drain()
+
+    async def wait_calls(self, timeout_s: float) -> bool:
+        """Wait (bounded) until no gRPC call or HTTP request is being served; True if none is."""
+        deadline_s = time.monotonic() + timeout_s
+        while self._calls() and time.monotonic() < deadline_s:
+            await asyncio.sleep(_POLL_S)
+        return not self._calls()
+
+    def _calls(self) -> int:
+        grpc_calls = 0 if self._servicer is None else self._servicer.calls
+        return grpc_calls + (0 if self._http is None else self._http.answering)
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Drain; calls still running get `grace_s` to finish; then the gRPC connections are
+        closed (a call sent meanwhile fails as UNAVAILABLE, never CANCELLED) and both servers
+        stop."""
+        await self.drain()
+        idle = await self.wait_calls(grace_s)
         if self._server is not None:
-            await self._server.stop(grace=grace_s)
+            if idle:
+                await asyncio.sleep(_SETTLE_S)
+                close_connections(self.grpc_port)
+            await self._server.stop(grace=None)  # what is left is cut (CANCELLED)
+        if self._http is not None:
+            await self._http.stop(grace_s=0.0)
 
     def _build_grpc_server(self, health: health_aio.HealthServicer) -> grpc.aio.Server:
         settings = self._settings
@@ -128,6 +174,7 @@ class FrontEnd:
             forward_pattern=settings.grpc_forward_pattern,
             share_header=settings.fair_share_header,
         )
+        self._servicer = servicer
         grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             servicer, server
         )

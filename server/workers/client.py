@@ -60,6 +60,7 @@ class CoreClient:
         self.info = CoreInfo(tracing=False, cuda_shared_memory=False)
         self.on_health: Callable[[bool], object] = lambda serving: None
         self.on_logs: Callable[[dict[str, LogValue]], object] = lambda settings: None
+        self.on_stopping: Callable[[], object] = lambda: None  # the server drains
 
     async def welcome(self) -> Message:
         """The core's first message: the front end's settings and what the core serves."""
@@ -263,6 +264,7 @@ class CoreClient:
             # Every request sent before this answer reaches the core ahead of it, and is served.
             self._stopping = True
             self.channel.send((messages.STOPPED,))
+            self.on_stopping()
         elif kind == messages.WELCOME:
             self._welcome.set_result(message)
 

@@ -92,6 +92,19 @@ class WorkerPool:
         for worker_link in self._links.values():
             worker_link.close()
 
+    async def kill(self) -> None:
+        """SIGKILL every worker still running (a forced stop), and wait for each."""
+        self._stopping = True
+        for watcher in self._watchers.values():
+            watcher.cancel()
+        for process in self._processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+        for process in self._processes.values():
+            await process.wait()
+        for worker_link in self._links.values():
+            worker_link.close()
+
     def _broadcast(self, message: Message) -> None:
         for worker_link in self._links.values():
             worker_link.send(message)

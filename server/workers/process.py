@@ -71,6 +71,8 @@ async def _serve(args: argparse.Namespace) -> int:
     await front_end.start()
     await front_end.set_health(welcome[4])
     client.on_health = lambda serving: loop.create_task(front_end.set_health(serving))
+    draining: list[asyncio.Task[None]] = []  # held until it is done
+    client.on_stopping = lambda: draining.append(loop.create_task(front_end.drain()))
     client.ready(front_end.grpc_port, front_end.http_port)
     stop = loop.create_future()
     loop.add_signal_handler(signal.SIGTERM, _set_once, stop)

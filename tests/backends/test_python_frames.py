@@ -16,6 +16,7 @@ from backends.python._frames import (
     LEASE_NONE,
     LEASE_TO_BATCH,
     Ring,
+    Unpickler,
     WorkerChannel,
     copied,
     read_frame,
@@ -179,3 +180,23 @@ def test_a_bls_calls_outputs_stay_in_the_ring_until_the_batch_is_answered(
     assert to_worker.place(space) is not None
     for ring in (to_worker, incoming, to_server):
         ring.close()
+
+
+def test_a_bytes_tensor_travels_as_lengths_and_items_not_pickled_objects(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ring = Ring.create("test", SIZE)
+    other = Ring(os.dup(ring.fd), ring.size)
+    items = np.array([[b"a", b""], [b"\x00\xffz", "é".encode()]], dtype=object)
+    write_message(pair[0], ({"TEXT": items},), ring)
+    data, buffers, entry, _ = read_frame(_reader(pair[1]), other)
+    assert b"\xffz" not in bytes(data)  # the items are not in the pickle
+    assert len(buffers) == 2 and all(isinstance(b, memoryview) for b in buffers)
+    server_globals = frozenset({("numpy", "ndarray")})  # bytes_tensor is always allowed
+    received = Unpickler(data, copied(other, buffers, entry), server_globals).load()[0]["TEXT"]
+    assert received.dtype == object and received.shape == (2, 2)
+    assert received.tolist() == items.tolist()
+    with pytest.raises(pickle.UnpicklingError, match=r"names posix\.system"):
+        Unpickler(pickle.dumps(os.system), [], server_globals).load()
+    ring.close()
+    other.close()

@@ -118,6 +118,13 @@ def test_health_check_is_not_serving_during_the_drain(
 ) -> None:
     server = start_server(subset_repository("resnet18"), "--exit-timeout-secs", str(EXIT_TIMEOUT_S))
     client = grpcclient.InferenceServerClient(server.url)
+    # A draining server refuses new connections: the health check's is opened before.
+    channel = grpc.insecure_channel(server.url)
+    health = health_pb2_grpc.HealthStub(channel)
+    assert (
+        health.Check(health_pb2.HealthCheckRequest()).status
+        == health_pb2.HealthCheckResponse.SERVING
+    )
     batches = [_images(IN_FLIGHT_BATCH, seed) for seed in range(IN_FLIGHT)]
     with ThreadPoolExecutor(IN_FLIGHT) as pool:
         in_flight = [pool.submit(_resnet18, client, images) for images in batches]
@@ -126,11 +133,12 @@ def test_health_check_is_not_serving_during_the_drain(
         assert _wait_until(lambda: _received(server, "resnet18") == IN_FLIGHT, timeout_s=10.0)
         server.send_signal(signal.SIGTERM)
         assert _wait_until(lambda: not client.is_server_ready(), timeout_s=5.0)
-        status = _health(server.url)
+        status = health.Check(health_pb2.HealthCheckRequest()).status
         assert not all(f.done() for f in in_flight), "the work finished before the check"
         for future in in_flight:
             future.result(timeout=EXIT_TIMEOUT_S)
     client.close()
+    channel.close()
     assert server.wait() == 0
     assert status == health_pb2.HealthCheckResponse.NOT_SERVING
 

@@ -1,6 +1,7 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
 from server.frontend.grpc.servicer import RESTRICTABLE_GROUPS, InferenceServicer
+from server.frontend.grpc.sockets import close_connections, stop_listening
 from server.frontend.grpc.status import ERROR_BASES, STATUS_CODES, status_for
 
 __all__ = [
@@ -8,5 +9,7 @@ __all__ = [
     "RESTRICTABLE_GROUPS",
     "STATUS_CODES",
     "InferenceServicer",
+    "close_connections",
     "status_for",
+    "stop_listening",
 ]
