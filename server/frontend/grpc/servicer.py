@@ -16,6 +16,7 @@ from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
 from server.contract.core import Core, LogValue
 from server.contract.errors import (
+    SERVER_STOPPING,
     InvalidInputError,
     ModelControlDisabledError,
     RestrictedError,
@@ -82,17 +83,22 @@ def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+        counted = not self._draining
+        self.calls += counted
         try:
-            if self._restricted:
-                self._check_restricted(RPC_GROUPS[method.__name__], context)
-            return await method(self, request, context)
-        except ServerError as exc:
-            code, message = status_for(exc), str(exc)
-        except Exception as exc:
-            _log.exception("%s failed unexpectedly", method.__name__)
-            code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
-        await context.abort(code, message)
-        raise AssertionError("context.abort returned")  # abort always raises
+            try:
+                if self._restricted:
+                    self._check_restricted(RPC_GROUPS[method.__name__], context)
+                return await method(self, request, context)
+            except ServerError as exc:
+                code, message = status_for(exc), str(exc)
+            except Exception as exc:
+                _log.exception("%s failed unexpectedly", method.__name__)
+                code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
+            await context.abort(code, message)
+            raise AssertionError("context.abort returned")  # abort always raises
+        finally:
+            self.calls -= counted
 
     return wrapper
 
@@ -135,6 +141,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._model_control = model_control  # explicit mode: load and unload are allowed
         self._restricted = tuple(restricted)
         self._trace = trace or TraceSettings()
+        # Calls begun before the drain and still being served, streams included; those begun
+        # since are refused, and a stop does not wait for them.
+        self.calls = 0
+        self._draining = False
+        self._readers: set[asyncio.Task[None]] = set()  # streams' readers of requests
+
+    def drain(self) -> None:
+        """The server stops: each open stream reads no more requests, sends the answers of those
+        it has, then ends (OK); a stream opened from now on is refused (UNAVAILABLE)."""
+        self._draining = True
+        for reader in list(self._readers):
+            reader.cancel()
 
     def _check_restricted(self, group: str, context: grpc.aio.ServicerContext) -> None:
         rules = [rule for rule in self._restricted if group in rule.groups]
@@ -250,6 +268,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 self._check_restricted("inference", context)
             except RestrictedError as exc:
                 await context.abort(status_for(exc), str(exc))
+        if self._draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SERVER_STOPPING)
         answers = Outbox()
         running: set[asyncio.Task[None]] = set()
 
@@ -269,19 +289,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             answers.put(message)
 
         async def read() -> None:
-            async for request in request_iterator:
-                task = asyncio.create_task(answer(request))
-                running.add(task)
-                task.add_done_callback(running.discard)
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(answer(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+            except asyncio.CancelledError:
+                if not self._draining:
+                    raise
+            finally:
+                self._readers.discard(reader)  # `drain` never cancels what follows
             await asyncio.gather(*running)
-            answers.put(None)
 
+        self.calls += 1
         reader = asyncio.create_task(read())
+        self._readers.add(reader)
+        # The stream ends once the reader has (a drain may cancel it before it ever ran).
+        reader.add_done_callback(lambda _: answers.put(None))
         try:
             while (message := await answers.get()) is not None:
                 yield message
-            await reader  # surfaces a failure of the request stream itself
+            if not reader.cancelled():
+                reader.result()  # surfaces a failure of the request stream itself
         finally:
+            self.calls -= 1
+            self._readers.discard(reader)
             reader.cancel()
             for task in list(running):
                 task.cancel()

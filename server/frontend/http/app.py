@@ -179,9 +179,18 @@ class HttpFrontEnd:
         self._server = HttpServer(self.router(), limit, _too_large(limit), max_connection_age_s)
         return await self._server.start(host, port, reuse_port)
 
-    async def stop(self) -> None:
+    def drain(self) -> None:
+        """New connections are refused; each open one closes after its current answer."""
         if self._server is not None:
-            await self._server.stop()
+            self._server.drain()
+
+    @property
+    def answering(self) -> int:
+        return 0 if self._server is None else self._server.answering
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace_s)
 
     async def live(self, request: Request) -> Response:
         return Response()

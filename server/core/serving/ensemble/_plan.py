@@ -32,7 +32,7 @@ class EnsemblePlan:
     optional: frozenset[str]  # those a request may leave out (they feed only optional inputs)
     outputs: tuple[str, ...]  # the ensemble's own output tensors
     steps: tuple[Step, ...]  # topologically sorted
-    max_inflight: int  # executions in flight per step, across requests; 0: unbounded
+    max_inflight: int  # requests in flight at each step, all requests together; 0: unbounded
 
     @property
     def models(self) -> tuple[str, ...]:
