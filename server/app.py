@@ -22,7 +22,7 @@ from server.core.engine import Engine
 from server.core.local import LocalCore
 from server.core.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.core.observability import RequestTracer
-from server.core.repository import MemoryBudget, Repository
+from server.core.repository import KeepAlive, MemoryBudget, Repository
 from server.core.shared_memory import CudaSharedMemoryRegistry, SharedMemory, SharedMemoryRegistry
 from server.core.storage import CloudRepositories, Mirror, StorageError, is_cloud
 from server.frontend.process import FrontEnd
@@ -74,7 +74,22 @@ class App:
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(
-            self.repository, settings.strict_readiness, settings.lazy_load_timeout_s, self.tracer
+            self.repository,
+            settings.strict_readiness,
+            settings.lazy_load_timeout_s,
+            self.tracer,
+            cold_start_timeout_s=settings.cold_start_timeout_s,
+        )
+        # Explicit mode: models idle past their keep-alive are unloaded (loaded again on demand).
+        self._keep_alive = (
+            KeepAlive(
+                self.repository.entries,
+                self.repository.unload_idle,
+                settings.keep_alive_s,
+                self.repository.composing,
+            )
+            if settings.model_control_mode is ModelControlMode.EXPLICIT
+            else None
         )
         # One set of regions for both front ends. Without a usable GPU, CUDA shared memory is
         # refused (UNIMPLEMENTED over gRPC, 501 over HTTP).
@@ -93,6 +108,8 @@ class App:
             await self.cache.start()
         await self.engine.start()
         await self._load_initial_models()
+        if self._keep_alive is not None:
+            await self._keep_alive.start()
         _log.info("models:\n%s", model_table(self.repository))
         if self.settings.exit_on_error:
             await self._exit_on_failed_loads()
@@ -185,6 +202,8 @@ class App:
         `force` set (a second signal) cuts the waits short."""
         timeout_s = self.settings.exit_timeout_s
         forced = force or asyncio.Event()
+        if self._keep_alive is not None:
+            await self._keep_alive.stop()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -57,6 +57,7 @@ class ServerSettings:
     evict_lru: bool = False  # make room under the budget by unloading idle models
     lazy_load_timeout_s: float | None = None  # evicted models load on demand, within this
     keep_alive_s: float = 0.0  # explicit mode: unload a model idle this long (0: never)
+    cold_start_timeout_s: float = 30.0  # how long a request waits for a keep-alive reload
     auto_complete: AutoComplete = field(default_factory=AutoComplete)  # what files may fill in
     exit_on_error: bool = False  # stop at start when a model fails to load (Triton: true)
     log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time

@@ -47,11 +47,14 @@ class Engine:
         strict_readiness: bool = True,
         lazy_load_timeout_s: float | None = None,
         tracer: RequestTracer | None = None,
+        *,
+        cold_start_timeout_s: float = 30.0,
     ) -> None:
         self.repository = repository
         self._tracer = tracer
         self._strict_readiness = strict_readiness
         self._lazy_load_timeout_s = lazy_load_timeout_s  # None: evicted models stay unloaded
+        self._cold_start_timeout_s = cold_start_timeout_s  # a keep-alive unloaded model's load
         self._stopping = False
         self._in_flight = InFlight()
 
@@ -209,20 +212,28 @@ class Engine:
         try:
             return self.repository.get(model, version)
         except ModelNotReadyError:
-            if self._lazy_load_timeout_s is None or not self.repository.is_evicted(model):
+            timeout_s = self._reload_timeout_s(model)
+            if timeout_s is None:
                 raise
+        why = "was unloaded after idling" if self.repository.was_idle(model) else "was evicted"
         try:
-            await asyncio.wait_for(self.repository.ensure_loaded(model), self._lazy_load_timeout_s)
+            # Requests that arrive during the load share it (and its end) through the repository.
+            await asyncio.wait_for(self.repository.ensure_loaded(model), timeout_s)
         except TimeoutError:
             raise ModelNotReadyError(
-                f"model '{model}' was evicted and did not load again within "
-                f"{self._lazy_load_timeout_s} s"
+                f"model '{model}' {why} and did not load again within {timeout_s:g} s"
             ) from None
         except ModelLoadFailedError as exc:
-            raise ModelNotReadyError(
-                f"model '{model}' was evicted and failed to load: {exc}"
-            ) from exc
+            raise ModelNotReadyError(f"model '{model}' {why} and failed to load: {exc}") from exc
         return self.repository.get(model, version)
+
+    def _reload_timeout_s(self, model: str) -> float | None:
+        """How long a request waits for its unloaded model to load again (None: it does not)."""
+        if self.repository.was_idle(model):
+            return self._cold_start_timeout_s
+        if self._lazy_load_timeout_s is not None and self.repository.is_evicted(model):
+            return self._lazy_load_timeout_s
+        return None
 
 
 def _traced(

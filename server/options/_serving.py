@@ -313,8 +313,8 @@ CONVOY_OWN = (
     Option(
         "model-keep-alive",
         SECONDS,
-        "explicit mode: unload a model idle this long; a request loads it again (within "
-        "--lazy-load-timeout-secs); 0 keeps models loaded",
+        "explicit mode: unload a model idle this long (per model: convoy_keep_alive_s); a "
+        "request loads it again, within --lazy-load-timeout-secs; 0 keeps models loaded",
         CONVOY,
         default=0.0,
     ),

@@ -63,7 +63,8 @@ def settings_from(
         memory_budget_bytes=values["memory_budget"],
         evict_lru=values["model_eviction"] == "lru",
         lazy_load_timeout_s=values["lazy_load_timeout_secs"] if values["lazy_load"] else None,
-        keep_alive_s=values["model_keep_alive"],
+        keep_alive_s=_keep_alive(values),
+        cold_start_timeout_s=values["lazy_load_timeout_secs"],
         fair_share_header=values["fair_share_header"] or None,
         auto_complete=_auto_complete(values, notes),
         exit_on_error=values["exit_on_error"],
@@ -94,6 +95,13 @@ def settings_from(
     )
     _check_ports(settings)
     return settings, tuple(notes)
+
+
+def _keep_alive(values: Mapping[str, Any]) -> float:
+    keep_alive_s = float(values["model_keep_alive"])
+    if keep_alive_s > 0 and values["model_control_mode"] != "explicit":
+        raise OptionError("--model-keep-alive needs --model-control-mode explicit")
+    return keep_alive_s
 
 
 def _addresses(parsed: Parsed) -> tuple[str, str, str]:

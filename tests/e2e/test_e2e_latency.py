@@ -1,9 +1,11 @@
-"""Serving to the caller's time: deadlines honoured in the queue (a gRPC deadline, the `timeout`
-parameter over gRPC and HTTP, an ensemble's steps), in process and through front-end workers;
-an expired request is never executed, and statistics and metrics count it."""
+"""Serving to the caller's time, in process and through front-end workers: deadlines honoured in
+the queue (a gRPC deadline, the `timeout` parameter over gRPC and HTTP, an ensemble's steps; an
+expired request is never executed, and statistics and metrics count it), and keep-alive (an
+idle model unloads; a burst of requests loads it once, and every one is answered)."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -11,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from e2e_support import IN_PROCESS, ConvoyServer, metric
+from e2e_support import IN_PROCESS, REPO_ROOT, ConvoyServer, StartServer, metric, serve_command
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -171,3 +174,65 @@ def test_a_request_within_its_deadline_is_answered(server: ConvoyServer) -> None
     np.testing.assert_array_equal(_grpc(server, "slow", 6.0, timeout=5_000_000), _x(6.0))
     np.testing.assert_array_equal(_http(server, "slow", 7.0, timeout=5_000_000), _x(7.0))
     np.testing.assert_array_equal(_grpc(server, "slow", 8.0, client_timeout=5.0), _x(8.0))
+
+
+# Keep-alive: explicit mode, an mlp whose own keep-alive (1 s) beats the server's (60 s).
+KEEP_ALIVE_CONFIG = (
+    'name: "mlp_idle"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+    'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 256 ] } ]\n'
+    'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 10 ] } ]\n'
+    'parameters { key: "convoy_keep_alive_s" value { string_value: "1" } }\n'
+)
+
+
+@pytest.mark.parametrize("front_end", ["in-process", "workers"])
+def test_an_idle_model_is_unloaded_and_a_burst_of_requests_loads_it_once(
+    start_server: StartServer, tmp_path: Path, front_end: str
+) -> None:
+    repo = tmp_path / "models"
+    (repo / "mlp_idle" / "1").mkdir(parents=True)
+    (repo / "mlp_idle" / "config.pbtxt").write_text(KEEP_ALIVE_CONFIG, encoding="utf-8")
+    onnx.save(models.mlp(), repo / "mlp_idle" / "1" / "model.onnx")
+    flags = ["--model-control-mode", "explicit", "--model-keep-alive", "60"]
+    if front_end == "workers":
+        flags += ["--frontend-workers", "2"]
+    server = start_server(repo, *flags)
+    x = np.random.default_rng(0).random((1, 256), dtype=np.float32)
+
+    def grpc_infer() -> np.ndarray:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            tensor = grpcclient.InferInput("INPUT", [1, 256], "FP32")
+            tensor.set_data_from_numpy(x)
+            return client.infer("mlp_idle", [tensor]).as_numpy("OUTPUT")  # type: ignore[no-any-return]
+
+    def http_infer() -> np.ndarray:
+        with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as client:
+            tensor = httpclient.InferInput("INPUT", [1, 256], "FP32")
+            tensor.set_data_from_numpy(x)
+            return client.infer("mlp_idle", [tensor]).as_numpy("OUTPUT")  # type: ignore[no-any-return]
+
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.load_model("mlp_idle")
+        expected = grpc_infer()
+        deadline = time.monotonic() + 10
+        while client.is_model_ready("mlp_idle") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not client.is_model_ready("mlp_idle"), "an idle model past its keep-alive unloads"
+        index = {m.name: m for m in client.get_model_repository_index().models}
+        assert "unloaded after 1 s idle" in index["mlp_idle"].reason
+        with ThreadPoolExecutor(32) as pool:
+            answers = [pool.submit(grpc_infer if i % 2 else http_infer) for i in range(32)]
+            for answer in answers:
+                np.testing.assert_allclose(answer.result(30), expected, rtol=1e-6)
+        assert client.is_model_ready("mlp_idle")
+    page = server.metrics()
+    assert metric(page, "convoy_model_idle_unloads", model="mlp_idle") == 1
+    assert metric(page, "convoy_model_cold_starts", model="mlp_idle") == 1  # one shared load
+    assert metric(page, "convoy_model_cold_start_duration_us", model="mlp_idle") > 0
+
+
+def test_keep_alive_needs_explicit_model_control(start_server: StartServer, tmp_path: Path) -> None:
+    command = serve_command(tmp_path, "--model-keep-alive", "5")
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert b"--model-keep-alive needs --model-control-mode explicit" in done.stderr

@@ -23,6 +23,7 @@ from server.core.cache import ResponseCache
 from server.core.metrics.admission import admission_families
 from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_FAMILIES
 from server.core.metrics.histograms import add_histogram, latency_families, number
+from server.core.metrics.keep_alive import keep_alive_families
 from server.core.metrics.limiter import resource_wait_families
 from server.core.metrics.load import load_families
 from server.core.metrics.samplers import CpuSampler, GpuSampler
@@ -136,6 +137,7 @@ class StatsCollector(Collector):
         yield from self._model_families(versions)
         yield from resource_wait_families(versions)
         yield from admission_families(versions)
+        yield from keep_alive_families(self._repository.entries())
         yield from load_families(versions)
         if self._cache is not None:
             yield from self._cache_families(versions, self._cache)

@@ -14,6 +14,7 @@ from server.core.repository._budget import (
     footprint_bytes,
 )
 from server.core.repository._config import parse_config, read_config
+from server.core.repository._keep_alive import KeepAlive, due, keep_alive_of
 from server.core.repository._labels import read_labels
 from server.core.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
 from server.core.repository._repository import (
@@ -28,6 +29,7 @@ from server.core.repository._versions import is_version_name, list_versions, sel
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
     "AutoComplete",
+    "KeepAlive",
     "MemoryBudget",
     "ModelEntry",
     "ModelState",
@@ -43,9 +45,11 @@ __all__ = [
     "check_signature",
     "choose_evictions",
     "directory_stamp",
+    "due",
     "fill_identity",
     "footprint_bytes",
     "is_version_name",
+    "keep_alive_of",
     "list_versions",
     "parse_config",
     "parse_version",

@@ -56,6 +56,7 @@ from server.core.repository._backends import (
 )
 from server.core.repository._budget import footprint_bytes
 from server.core.repository._config import read_config
+from server.core.repository._keep_alive import keep_alive_of
 from server.core.repository._labels import read_labels
 from server.core.repository._limits import instance_needs, register_instances
 from server.core.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
@@ -222,6 +223,7 @@ async def _new_version(
             effective = report_providers(effective, instances[0])
             check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
+        keep_alive_of(effective, 0.0)  # a bad convoy_keep_alive_s fails the load
         sequences = (
             sequence_policy(effective, path) if effective.HasField("sequence_batching") else None
         )

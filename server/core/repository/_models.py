@@ -87,7 +87,11 @@ class ModelEntry:
     ready: dict[int, ModelVersion] = field(default_factory=dict)
     statuses: list[VersionStatus] = field(default_factory=list)
     loaded_ms: int = 0  # wall-clock ms of the last successful load, for LRU before any request
-    evicted: bool = False  # unloaded to make room under the memory budget
+    evicted: bool = False  # unloaded to make room under the memory budget, or idle (keep-alive)
+    idle_unloaded: bool = False  # the keep-alive unloaded it (a request loads it again)
+    idle_unloads: int = 0  # times the keep-alive unloaded it
+    cold_starts: int = 0  # times a request loaded it again after an eviction or idle unload
+    cold_start_ns: int = 0  # the time those loads took, summed
     stamp: tuple[object, ...] = ()  # the directory's files when last loaded (poll mode)
     failed_stamp: tuple[object, ...] = ()  # the files of the last load that failed
 

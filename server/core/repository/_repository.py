@@ -212,6 +212,7 @@ class Repository:
         entry.config = built.ready[max(built.ready)].config if built.ready else None
         entry.stamp, entry.failed_stamp = stamp, ()
         entry.loaded_ms, entry.evicted = time.time_ns() // 1_000_000, False
+        entry.idle_unloaded = False
         self._retire(replaced)
         if built.failures:
             entry.failed_stamp = stamp
@@ -270,12 +271,7 @@ class Repository:
         needed = sum(v.memory_bytes for v in fresh)
         # A loaded ensemble's composing models are in use even while idle, and evicting a model
         # that takes nothing (an ensemble) frees nothing: neither is a candidate.
-        composing = {
-            model
-            for e in self._models.values()
-            if e.ready and e.config is not None
-            for model in composing_models(e.config)
-        }
+        composing = self.composing()
         residents = [
             Resident(
                 e.name,
@@ -307,6 +303,28 @@ class Repository:
             f"evicted (least recently used) to make room for '{for_model}' under the memory budget"
         )
         _log.warning("model '%s' %s (%d bytes)", entry.name, reason, entry.memory_bytes)
+        await self._take_down(entry, reason)
+
+    async def unload_idle(self, entry: ModelEntry, keep_alive_s: float) -> None:
+        """The keep-alive's unload: the next request for the model loads it again."""
+        if not entry.ready or not entry.idle:
+            return
+        reason = f"unloaded after {keep_alive_s:g} s idle (keep-alive); a request loads it again"
+        _log.info("model '%s' %s", entry.name, reason)
+        entry.idle_unloads += 1
+        entry.idle_unloaded = True
+        await self._take_down(entry, reason)
+
+    def composing(self) -> set[str]:
+        """The models a ready ensemble uses (never unloaded under it)."""
+        return {
+            model
+            for e in self._models.values()
+            if e.ready and e.config is not None
+            for model in composing_models(e.config)
+        }
+
+    async def _take_down(self, entry: ModelEntry, reason: str) -> None:
         old = entry.ready
         entry.ready = {}
         entry.evicted = True
@@ -326,11 +344,19 @@ class Repository:
         entry = self._models.get(name)
         if entry is not None and entry.evicted and not entry.ready:
             _log.info("loading evicted model '%s' on demand", name)
+            started_ns = time.monotonic_ns()
             await self.load(name)
+            entry.cold_starts += 1
+            entry.cold_start_ns += time.monotonic_ns() - started_ns
 
     def is_evicted(self, name: str) -> bool:
         entry = self._models.get(name)
         return entry is not None and entry.evicted and not entry.ready
+
+    def was_idle(self, name: str) -> bool:
+        """Whether the keep-alive unloaded the model (and nothing loaded it since)."""
+        entry = self._models.get(name)
+        return entry is not None and entry.idle_unloaded and not entry.ready
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving a model: new requests fail at once, accepted ones finish first.
@@ -441,6 +467,16 @@ class Repository:
         except (ModelNotFoundError, ModelNotReadyError):
             return False
         return all(instance.healthy for instance in target.instances)
+
+    async def check_ready(self, name: str, version: str = "") -> bool:
+        """What ModelReady answers: `is_ready`, and every instance's own check (a python
+        model's `is_ready()`, asked on each call, all instances at once)."""
+        try:
+            target = self.get(name, version)
+        except (ModelNotFoundError, ModelNotReadyError):
+            return False
+        answers = await asyncio.gather(*(instance.ready() for instance in target.instances))
+        return all(answers)
 
     def index(self) -> list[tuple[str, VersionStatus]]:
         """Every model of the repositories with its state, loaded or not."""
