@@ -25,16 +25,22 @@ from scripts import models
 BLOCK_S = 0.4  # how long one execution of `slow` takes
 DEADLINE_US = 100_000  # the expiring requests' deadline, well inside one execution
 
-# Sleeps, then answers X as Y; one instance, so requests behind a running batch wait.
-SLOW = f"""
+# Sleeps (its config's "sleep_s" per batch), then answers X as Y; one instance, so requests
+# behind a running batch wait.
+SLOW = """
+import json
 import time
 
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.sleep_s = float(parameters["sleep_s"]["string_value"])
+
     def execute(self, requests):
-        time.sleep({BLOCK_S})
+        time.sleep(self.sleep_s)
         outputs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
         return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]) for y in outputs]
 """
@@ -45,12 +51,21 @@ _IO = (
 )
 
 
-def _python_config(name: str, extra: str = "") -> str:
+def _python_config(name: str, sleep_s: float, extra: str = "", max_batch_size: int = 8) -> str:
     return (
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n{_IO}'
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n{_IO}'
         "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n"
+        f'parameters {{ key: "sleep_s" value {{ string_value: "{sleep_s}" }} }}\n'
         f"{IN_PROCESS}{extra}"
     )
+
+
+def _parameter(key: str, value: str) -> str:
+    return f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'
+
+
+TARGET_MS = 350  # `targeted`: batches of one take 100 ms, so about three fit in the target
+FAIR_HEADER = "x-client"  # --fair-share-header of the module's servers
 
 
 ENSEMBLE = (
@@ -63,7 +78,13 @@ ENSEMBLE = (
 
 def write_repository(root: Path) -> Path:
     repo = root / "models"
-    models.write_python_model(repo, "slow", SLOW, _python_config("slow"))
+    models.write_python_model(repo, "slow", SLOW, _python_config("slow", BLOCK_S))
+    targeted = _python_config(
+        "targeted", 0.1, _parameter("convoy_latency_target_ms", str(TARGET_MS)), max_batch_size=1
+    )
+    models.write_python_model(repo, "targeted", SLOW, targeted)
+    fair = _python_config("fair", 0.1, _parameter("convoy_fair_share", "true"), max_batch_size=2)
+    models.write_python_model(repo, "fair", SLOW, fair)
     (repo / "slow_ensemble" / "1").mkdir(parents=True)
     (repo / "slow_ensemble" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
     return repo
@@ -74,7 +95,9 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConvoyServer]:
     root = tmp_path_factory.mktemp("latency")
-    flags = ("--frontend-workers", "2") if request.param == "workers" else ()
+    flags: tuple[str, ...] = ("--fair-share-header", FAIR_HEADER)
+    if request.param == "workers":
+        flags += ("--frontend-workers", "2")
     convoy = ConvoyServer(write_repository(root), root / "server.log", *flags).start()
     try:
         yield convoy
@@ -168,6 +191,66 @@ def test_an_ensembles_deadline_holds_for_its_steps(server: ConvoyServer) -> None
     assert error.status() == "StatusCode.DEADLINE_EXCEEDED"
     assert "deadline passed" in error.message()
     assert _executions(server, "slow")[0] - before_runs == 1  # only the blocker ran
+
+
+def test_a_model_over_its_latency_target_refuses_at_once_and_counts_it(
+    server: ConvoyServer,
+) -> None:
+    _grpc(server, "targeted", 0.0)  # one batch measured
+    before = metric(
+        server.metrics(), "convoy_inference_latency_target_refused", model="targeted", version="1"
+    )
+    calls: list[Callable[[], np.ndarray]] = []
+    for i in range(12):
+        call = _grpc if i % 2 else _http
+        calls.append(lambda call=call, i=i: call(server, "targeted", float(i)))  # type: ignore[misc]
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(_timed, call) for call in calls]
+        outcomes = [future.result(30) for future in futures]
+    refused = [(error, took) for error, took in outcomes if error is not None]
+    served = [took for error, took in outcomes if error is None]
+    assert refused and served, "12 x 100 ms does not fit a 350 ms target; some fit"
+    for error, took in refused:
+        assert error.status() in ("StatusCode.UNAVAILABLE", "503"), error
+        assert f"latency target of {TARGET_MS} ms" in error.message()
+        assert took < 0.2  # refused at once, not after waiting
+    assert max(served) < 2 * TARGET_MS / 1000  # p100 of the accepted, with the client's overhead
+    after = metric(
+        server.metrics(), "convoy_inference_latency_target_refused", model="targeted", version="1"
+    )
+    assert after - before == len(refused)
+
+
+def _timed(call: Callable[[], np.ndarray]) -> tuple[InferenceServerException | None, float]:
+    started = time.monotonic()
+    try:
+        call()
+    except InferenceServerException as error:
+        return error, time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+def test_fair_share_takes_a_light_client_in_ahead_of_a_heavy_clients_backlog(
+    server: ConvoyServer,
+) -> None:
+    done: dict[str, float] = {}
+
+    def send(tag: str, client: str, use_http: bool) -> None:
+        call = _http if use_http else _grpc
+        call(server, "fair", 1.0, headers={FAIR_HEADER: client})
+        done[tag] = time.monotonic()
+
+    with ThreadPoolExecutor(12) as pool:
+        heavy = [pool.submit(send, f"heavy{i}", "heavy", i % 2 == 1) for i in range(10)]
+        time.sleep(0.05)  # the heavy backlog is queued first
+        light = [pool.submit(send, f"light{i}", f"light{i}", i == 1) for i in range(2)]
+        for future in [*heavy, *light]:
+            future.result(30)
+    # Batches of 2 at 100 ms: first come first served, the light clients would finish last;
+    # taken in turn, each shares one of the next batches with the heavy client.
+    heavy_done = sorted(done[f"heavy{i}"] for i in range(10))
+    for i in range(2):
+        assert done[f"light{i}"] < heavy_done[6], "a light client waited behind the backlog"
 
 
 def test_a_request_within_its_deadline_is_answered(server: ConvoyServer) -> None:
