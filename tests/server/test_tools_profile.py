@@ -15,6 +15,7 @@ from server.tools.profile import (
     Variant,
     apply,
     choose,
+    latency_target_ms,
     percentile_ms,
     recommended_config,
     variants,
@@ -160,3 +161,19 @@ def test_fields_the_user_already_has_are_not_counted_as_changed() -> None:
     unchanged = point(10, 5, variant=Variant(instances=1, preferred_batch_size=0))
     text = recommended_config(user, Choice(unchanged, True), None, "in process")
     assert "# convoy profile: changed nothing\n" in text
+
+
+def test_the_recommendation_names_a_latency_target_the_configuration_keeps() -> None:
+    user = parse_config(USER_CONFIG, "test")
+    chosen = point(412.5, 18.25, variant=Variant(instances=2))
+    assert latency_target_ms(Choice(chosen, True), 20.0) == 20  # the objective, met
+    assert latency_target_ms(Choice(chosen, True), None) == 23  # 18.25 ms + 25 %, whole ms
+    assert latency_target_ms(Choice(chosen, False), 10.0) == 23  # missed: what it can keep
+    text = recommended_config(user, Choice(chosen, True), 20.0, "in process")
+    assert (
+        "# convoy profile: a latency target this configuration keeps (p99 measured 18.25 ms): "
+        'parameters { key: "convoy_latency_target_ms" value: { string_value: "20" } }'
+    ) in text.splitlines()
+    unbatched = text_format.Parse('name: "m"', mc.ModelConfig())
+    text = recommended_config(unbatched, Choice(point(10, 5), True), None, "in process")
+    assert "convoy_latency_target_ms" not in text  # the target needs dynamic batching

@@ -5,7 +5,7 @@ recommended configuration under a latency objective."""
 from server.tools.profile._choose import Choice, choose
 from server.tools.profile._cli import main
 from server.tools.profile._points import Point, percentile_ms
-from server.tools.profile._report import recommended_config
+from server.tools.profile._report import latency_target_ms, recommended_config
 from server.tools.profile._space import KEEP, Variant, apply, variants
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "Variant",
     "apply",
     "choose",
+    "latency_target_ms",
     "main",
     "percentile_ms",
     "recommended_config",

@@ -3,6 +3,7 @@ fields the recommendation changes, the measured figures as comments above it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from google.protobuf import text_format
@@ -77,6 +78,17 @@ def summary(choice: Choice, latency_p99_ms: float | None) -> str:
     )
 
 
+TARGET_HEADROOM = 1.25  # a recommended latency target over the p99 measured, for the noise
+
+
+def latency_target_ms(choice: Choice, latency_p99_ms: float | None) -> int:
+    """The convoy_latency_target_ms to serve the chosen configuration with: the objective when
+    it was met, else the p99 measured with some headroom (whole ms, at least 1)."""
+    if latency_p99_ms is not None and choice.meets_objective:
+        return max(math.ceil(latency_p99_ms), 1)
+    return max(math.ceil(choice.point.p99_ms * TARGET_HEADROOM), 1)
+
+
 def recommended_config(
     raw: mc.ModelConfig, choice: Choice, latency_p99_ms: float | None, measured_on: str
 ) -> str:
@@ -89,5 +101,12 @@ def recommended_config(
     ]
     if choice.point.execution is not None:
         lines.append(measured_line(choice.point.execution))
+    if apply(raw, choice.point.variant).HasField("dynamic_batching"):
+        target_ms = latency_target_ms(choice, latency_p99_ms)
+        lines.append(
+            f"# convoy profile: a latency target this configuration keeps (p99 measured "
+            f'{choice.point.p99_ms:.2f} ms): parameters {{ key: "convoy_latency_target_ms" '
+            f'value: {{ string_value: "{target_ms}" }} }}'
+        )
     body = text_format.MessageToString(apply(raw, choice.point.variant))
     return "\n".join(lines) + "\n" + body
