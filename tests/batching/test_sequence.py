@@ -2,6 +2,7 @@
 adds INPUT to the state it is fed (controls and implicit state as a model sees them)."""
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from batching import (
     BatcherClosedError,
+    DeadlineExceededError,
     ExecutionRecord,
     Needs,
     Parameters,
@@ -308,3 +310,26 @@ async def test_sequence_batchers_wait_for_the_rate_limiters_resources() -> None:
         assert running <= 1
     for batcher in batchers:
         await batcher.stop(1.0)
+
+
+async def test_a_sequence_request_waiting_past_its_deadline_is_dropped_unexecuted() -> None:
+    executor = Accumulator(delay_s=0.05)
+    batcher = SequenceBatcher("acc:1", [executor], _policy())
+    await batcher.start()
+    first = asyncio.create_task(_send(batcher, 7, 1, start=True))
+    await asyncio.sleep(0.01)  # the first request of sequence 7 is running
+    late = batcher.infer(
+        _input(10), 1, sequence=SequenceStep(7), deadline_ns=time.monotonic_ns() + 10_000_000
+    )
+    timed = batcher.infer(_input(100), 1, sequence=SequenceStep(7), timeout_ns=10_000_000)
+    results = await asyncio.gather(late, timed, return_exceptions=True)
+    assert all(isinstance(r, DeadlineExceededError) for r in results), results
+    assert "not executed" in str(results[0])
+    assert await first == 1
+    assert await _send(batcher, 7, 2, end=True) == 3  # the dropped ones never touched the state
+    assert len(executor.batches) == 2
+    with pytest.raises(DeadlineExceededError, match="had passed when it arrived"):
+        await batcher.infer(
+            _input(1), 1, sequence=SequenceStep(8, start=True), deadline_ns=time.monotonic_ns()
+        )
+    await batcher.stop(1.0)
