@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf import text_format
 
+from batching import ExecutionRecord
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError
 from server.core.observability.histograms import (
@@ -53,23 +54,31 @@ def test_buckets_must_be_finite_and_ascend(buckets: str) -> None:
         histogram_buckets(_config(_control(QUEUE, buckets)))
 
 
-def test_a_success_observes_every_phase_and_its_first_response() -> None:
+def test_a_success_observes_its_duration_queue_and_first_response() -> None:
     histograms = LatencyHistograms.from_config(_config(_control(FIRST_RESPONSE, "1, 5")))
-    histograms.record_success(3_900_000, (100_000, 2_000, 1_500_000, 7_000))
+    histograms.record_success(3_900_000, 100_000)
     assert histograms.first_response_ms.counts == [0, 1, 0]  # 3 whole ms, as Triton's
     assert histograms.first_response_ms.total == 3
     assert histograms.request_us.total == 3900.0
+    assert histograms.request_us.counts[1] == 1  # 3900 us: in le=5000
     assert histograms.queue_us.counts[0] == 1  # 100 us: in le=100
-    assert histograms.compute_infer_us.counts[1] == 1  # 1500 us: in le=5000
-    assert histograms.compute_input_us.total == 2.0
-    assert histograms.compute_output_us.total == 7.0
+    assert sum(histograms.compute_infer_us.counts) == 0
+
+
+def test_an_execution_counts_its_compute_times_once_per_request() -> None:
+    histograms = LatencyHistograms.from_config(_config(""))
+    histograms.record_execution(ExecutionRecord(8, 3, 2_000, 1_500_000, 7_000, succeeded=True))
+    assert histograms.compute_input_us.counts[0] == 3  # 2 us, for each of the 3 requests
+    assert histograms.compute_input_us.total == 6.0
+    assert histograms.compute_infer_us.counts[1] == 3  # 1500 us: in le=5000
+    assert histograms.compute_output_us.total == 21.0
 
 
 def test_a_decoupled_model_observes_its_first_response_apart() -> None:
     histograms = LatencyHistograms.from_config(
         _config("model_transaction_policy { decoupled: true }")
     )
-    histograms.record_success(900_000_000, (0, 0, 0, 0))
+    histograms.record_success(900_000_000, 0)
     histograms.record_answer(900_000_000)
     assert sum(histograms.first_response_ms.counts) == 0
     histograms.record_first_response(20_000_000)

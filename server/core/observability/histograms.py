@@ -4,7 +4,8 @@ not) and the five phases of a successful request in microseconds (the names of c
 each over the buckets the config's `model_metrics` sets for its family, else Triton's defaults.
 
 Observing is a bisect into a preallocated list of counts; the metrics thread reads them when
-scraped.
+scraped. Request, queue and first response are observed per request; the three compute phases
+once per execution, weighted by its requests (all of which have its compute times).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from batching import ExecutionRecord
 from proto import model_config_pb2 as mc
 from server.contract.errors import ConfigError
 
@@ -111,16 +113,39 @@ class LatencyHistograms:
             first_on_answer=not config.model_transaction_policy.decoupled,
         )
 
-    def record_success(self, request_ns: int, phases_ns: tuple[int, int, int, int]) -> None:
-        """A successful request: its duration, then queue, compute input, infer and output."""
-        queue_ns, input_ns, infer_ns, output_ns = phases_ns
-        self.request_us.observe(request_ns / 1000)
-        self.queue_us.observe(queue_ns / 1000)
-        self.compute_input_us.observe(input_ns / 1000)
-        self.compute_infer_us.observe(infer_ns / 1000)
-        self.compute_output_us.observe(output_ns / 1000)
+    # The request path: each observation written out (a bisect into the bounds, one count, the
+    # sum), which costs a third of a call to Histogram.observe per family.
+
+    def record_success(self, request_ns: int, queue_ns: int) -> None:
+        """A successful request's duration and queue time (and, answering once, its first
+        response)."""
+        find = bisect.bisect_left
+        value = request_ns / 1000
+        histogram = self.request_us
+        histogram.counts[find(histogram.bounds, value)] += 1
+        histogram.total += value
+        value = queue_ns / 1000
+        histogram = self.queue_us
+        histogram.counts[find(histogram.bounds, value)] += 1
+        histogram.total += value
         if self.first_on_answer:
-            self.first_response_ms.observe(request_ns // _NS_PER_MS)
+            value = request_ns // _NS_PER_MS
+            histogram = self.first_response_ms
+            histogram.counts[find(histogram.bounds, value)] += 1
+            histogram.total += value
+
+    def record_execution(self, record: ExecutionRecord) -> None:
+        """A successful execution's compute input, infer and output, once per batch and counted
+        for each request it ran: every request of a batch has the batch's compute times."""
+        find, weight = bisect.bisect_left, record.request_count
+        for histogram, ns in (
+            (self.compute_input_us, record.compute_input_ns),
+            (self.compute_infer_us, record.compute_infer_ns),
+            (self.compute_output_us, record.compute_output_ns),
+        ):
+            value = ns / 1000
+            histogram.counts[find(histogram.bounds, value)] += weight
+            histogram.total += value * weight
 
     def record_answer(self, request_ns: int) -> None:
         """An answer with no phases of its own (a cache hit, an error response)."""

@@ -81,6 +81,8 @@ class ModelStats:
         durations.compute_input.add(record.compute_input_ns)
         durations.compute_infer.add(record.compute_infer_ns)
         durations.compute_output.add(record.compute_output_ns)
+        if self.latency is not None:
+            self.latency.record_execution(record)
 
     def record_success(self, result: RequestResult, request_ns: int) -> None:
         self.success.add(request_ns)
@@ -91,15 +93,7 @@ class ModelStats:
         self.compute_output.add(result.compute_output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
         if self.latency is not None:
-            self.latency.record_success(
-                request_ns,
-                (
-                    result.queue_ns,
-                    result.compute_input_ns,
-                    result.compute_infer_ns,
-                    result.compute_output_ns,
-                ),
-            )
+            self.latency.record_success(request_ns, result.queue_ns)
         if self.windows is not None:
             durations = (
                 result.queue_ns,
