@@ -10,10 +10,12 @@ from backends.base import (
     ExecutionResult,
     Instance,
     ModelSignature,
+    Outputs,
     Parameters,
     Response,
     TensorMap,
     TensorSignature,
+    response_parameters,
 )
 from backends.device import (
     Device,
@@ -60,6 +62,7 @@ __all__ = [
     "OpenVinoSettings",
     "OrtInstance",
     "OrtSettings",
+    "Outputs",
     "Parameters",
     "Placement",
     "PythonInstance",
@@ -82,6 +85,7 @@ __all__ = [
     "plan_placements",
     "prepare_inputs",
     "read_onnx_signature",
+    "response_parameters",
     "split_outputs",
     "torch_placements",
     "usable_cores",

@@ -36,6 +36,24 @@ class ModelSignature:
 # A request's parameters for the model (the scheduler's own already taken out).
 Parameters = Mapping[str, bool | int | float | str]
 
+
+class Outputs(dict[str, np.ndarray]):
+    """One response's outputs with the response parameters its model set (a python model's
+    `InferenceResponse(parameters=...)`); a plain dict is a response without any. The batcher
+    hands a response on as it is, so the parameters reach the front end with the outputs."""
+
+    __slots__ = ("parameters",)
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], parameters: Parameters) -> None:
+        super().__init__(arrays)
+        self.parameters = parameters
+
+
+def response_parameters(outputs: Mapping[str, Any]) -> Parameters | None:
+    """The response parameters of a response's outputs; None when it has none."""
+    return outputs.parameters if isinstance(outputs, Outputs) and outputs.parameters else None
+
+
 # One request's answer: every output it produced (batch axis first), or why it alone failed.
 Response = dict[str, np.ndarray] | BackendError
 
@@ -70,6 +88,11 @@ class Instance(Protocol):
     def healthy(self) -> bool:
         """Whether it can run a batch now: False while a python model's worker process is
         being replaced; its model is not ready meanwhile."""
+        ...
+
+    async def ready(self) -> bool:
+        """Whether its model may answer ready: `healthy`, and for a python model that defines
+        `is_ready()`, that method's answer (bounded in time); never raises."""
         ...
 
     async def execute(

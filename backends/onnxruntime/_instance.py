@@ -97,6 +97,9 @@ class OrtInstance:
     def healthy(self) -> bool:
         return True  # its session lives in this process
 
+    async def ready(self) -> bool:
+        return self.healthy
+
     @property
     def device(self) -> Device:
         return _CPU

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import json
 import logging
 import threading
 import time
@@ -17,7 +18,15 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from backends.base import ExecutionResult, ModelSignature, Parameters, Response, TensorMap
+from backends.base import (
+    ExecutionResult,
+    ModelSignature,
+    Outputs,
+    Parameters,
+    Response,
+    TensorMap,
+    response_parameters,
+)
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.instance_thread import InstanceClosedError, InstanceThread
@@ -38,6 +47,8 @@ _log = logging.getLogger(__name__)
 
 _DEFAULT_MODEL_FILENAME = "model.py"
 _CPU = Device.cpu()
+# How long a model's `is_ready()` may take before its model answers not ready (Triton's 5 s).
+READY_TIMEOUT_S = 5.0
 
 # How a decoupled execution hands each response to the event loop: (request index, outputs or
 # the error that fails the request or None for a bare final flag, whether it is the final one).
@@ -95,6 +106,9 @@ class PythonInstance:
         self._replacing = threading.Lock()
         self._batches = itertools.count()
         self._closed = False
+        # The readiness check in flight and the worker it asks: later checks wait for it
+        # rather than queue another call of is_ready() behind it.
+        self._readiness: tuple[WorkerProcess | LocalWorker, asyncio.Future[bool]] | None = None
         self._executor = InstanceThread(model.instance)
 
     @classmethod
@@ -130,6 +144,27 @@ class PythonInstance:
         serves)."""
         worker = self._worker
         return worker is not None and worker.alive()
+
+    async def ready(self) -> bool:
+        """`healthy`, and, when model.py defines `is_ready`, what it answers within
+        READY_TIMEOUT_S (False when it raises, answers anything but a bool or takes longer; a
+        late answer serves the checks that arrive while it runs). Asked on every check."""
+        worker = self._worker
+        if worker is None or not worker.alive():
+            return False
+        if not worker.checks_readiness:
+            return True
+        if self._readiness is None or self._readiness[0] is not worker or self._readiness[1].done():
+            self._readiness = (worker, asyncio.ensure_future(asyncio.to_thread(worker.check_ready)))
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._readiness[1]), READY_TIMEOUT_S)
+        except TimeoutError:
+            _log.warning(
+                "%s: is_ready did not return within %g s: the model is not ready",
+                self._model.where(),
+                READY_TIMEOUT_S,
+            )
+            return False
 
     @staticmethod
     def complete_config(
@@ -295,7 +330,7 @@ class PythonInstance:
                 continue
             worker.send(("called", reply[2], self._call(reply, deadline_ns)), deadline_ns)
 
-    def _call(self, reply: tuple[Any, ...], deadline_ns: int) -> dict[str, Any] | str:
+    def _call(self, reply: tuple[Any, ...], deadline_ns: int) -> Any:
         """Run one `exec` on the event loop and wait (within the batch's deadline): the outputs,
         or the reason it failed, for the model's error response."""
         _, _, _, model, version, inputs, output_names, parameters = reply
@@ -312,14 +347,17 @@ class PythonInstance:
             self._loop,
         )
         try:
-            return future.result(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
+            outputs = future.result(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise WorkerFailure("did not return in time", timed_out=True) from None
         except Exception as exc:  # the called model's error, as Triton returns it to the caller
             return str(exc)
+        parameters = response_parameters(outputs)
+        plain = dict(outputs)
+        return plain if parameters is None else (plain, json.dumps(dict(parameters)))
 
-    def _answer_call(self, call: tuple[Any, ...]) -> dict[str, Any] | str:
+    def _answer_call(self, call: tuple[Any, ...]) -> Any:
         """An in-process model's `exec`, answered on its own thread within the execute timeout."""
         try:
             return self._call(call, self._deadline_ns(self._settings.execute_timeout_s))
@@ -339,6 +377,15 @@ class PythonInstance:
             return ExecutionError(payload)  # the model's TritonError message, as Triton passes it
         if isinstance(payload, dict):
             return check_outputs(self._model.name, self._outputs, payload)
+        if isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], dict):
+            checked = check_outputs(self._model.name, self._outputs, payload[0])
+            parameters = _parameters(payload[1])
+            if isinstance(checked, ExecutionError) or parameters is None:
+                return checked if parameters is not None else self._malformed()
+            return Outputs(checked, parameters)
+        return self._malformed()
+
+    def _malformed(self) -> ExecutionError:
         return ExecutionError(f"{self._model.where()}: the worker sent a malformed response")
 
     def _running_worker(self) -> WorkerProcess | LocalWorker:
@@ -420,6 +467,20 @@ class PythonInstance:
     @staticmethod
     def _deadline_ns(timeout_s: float) -> int:
         return time.monotonic_ns() + int(timeout_s * 1e9)
+
+
+def _parameters(text: object) -> Parameters | None:
+    """Response parameters from the worker's JSON object string (bool, int or str values, as
+    pb_utils checked them); None when they are not that."""
+    try:
+        parameters = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(parameters, dict) or not all(
+        isinstance(value, bool | int | str) for value in parameters.values()
+    ):
+        return None
+    return parameters
 
 
 def _finish(finished: list[bool], emit: ResponseSend, message: str) -> None:

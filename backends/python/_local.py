@@ -32,9 +32,10 @@ from backends.python._worker import (
     model_class,
 )
 
-# How the instance answers a model's `exec`: the ("call", ...) message -> the outputs or the
-# reason it failed, as a worker's ("called", ...) reply carries them.
-CallAnswer = Callable[[tuple[Any, ...]], dict[str, Any] | str]
+# How the instance answers a model's `exec`: the ("call", ...) message -> the payload a worker's
+# ("called", ...) reply carries (the outputs, with the response parameters, or the reason it
+# failed).
+CallAnswer = Callable[[tuple[Any, ...]], Any]
 
 # `sys.modules` is the interpreter's: instances load in parallel, and each model.py must import
 # the pb_utils installed for it, so one model.py is imported at a time.
@@ -69,6 +70,7 @@ class LocalWorker:
     def __init__(self, server: ModelServer, channel: _Channel) -> None:
         self._server = server
         self._channel = channel
+        self.checks_readiness = server.checks_readiness  # the model defines `is_ready`
 
     @classmethod
     def start(cls, spec: dict[str, Any], answer_call: CallAnswer) -> LocalWorker:
@@ -101,6 +103,10 @@ class LocalWorker:
                 raise WorkerFailure("did not answer in time", timed_out=True) from None
             if len(message) > 1 and message[1] == batch:
                 yield message
+
+    def check_ready(self) -> bool:
+        """The model's `is_ready()` answer, run on the calling thread (beside execute)."""
+        return self._server.ready()
 
     def finalize(self, deadline_ns: int) -> str | None:
         """Run the model's finalize(); the error it reported, if any."""

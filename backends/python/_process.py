@@ -75,6 +75,8 @@ class WorkerProcess:
     def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
         self._process = process
         self._sock = sock
+        self._readiness: socket.socket | None = None  # readiness checks' own socket
+        self.checks_readiness = False  # the model defines `is_ready` (known once initialized)
 
     @classmethod
     def start(cls, spec: dict[str, Any], deadline_ns: int) -> WorkerProcess:
@@ -88,6 +90,7 @@ class WorkerProcess:
         except WorkerFailure:
             worker.kill()
             raise
+        worker.checks_readiness = bool(reply[1])
         return worker
 
     @classmethod
@@ -107,20 +110,49 @@ class WorkerProcess:
     @classmethod
     def _spawn(cls) -> WorkerProcess:
         ours, theirs = socket.socketpair()
+        # Readiness checks have a socket of their own: one runs while a batch executes.
+        ours_ready, theirs_ready = socket.socketpair()
+        fds = (theirs.fileno(), theirs_ready.fileno())
         try:
             process = subprocess.Popen(
-                [sys.executable, str(_WORKER_SCRIPT), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
+                [sys.executable, str(_WORKER_SCRIPT), *map(str, fds)],
+                pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         except OSError as exc:
             ours.close()
+            ours_ready.close()
             raise WorkerFailure(f"could not be started: {exc}") from exc
         finally:
-            # Only the worker may hold its end: then its exit reaches us as EOF.
+            # Only the worker may hold its ends: then its exit reaches us as EOF.
             theirs.close()
-        return cls(process, ours)
+            theirs_ready.close()
+        worker = cls(process, ours)
+        worker._readiness = ours_ready
+        return worker
+
+    def check_ready(self) -> bool:
+        """The model's `is_ready()` answer (one byte each way on the readiness socket); False
+        when the worker ends first. Blocks while is_ready runs: the caller bounds its own wait,
+        and runs one check at a time."""
+        sock = self._readiness
+        if sock is None:
+            return False
+        try:
+            sock.settimeout(None)
+            sock.sendall(b"?")
+            sock.settimeout(_POLL_S)
+            while True:
+                try:
+                    answer = sock.recv(1)
+                    break
+                except TimeoutError:
+                    if self._process.poll() is not None:  # a model's child may hold the socket
+                        return False
+        except OSError:
+            return False
+        return answer == b"1"
 
     def send(self, message: object, deadline_ns: int) -> None:
         remaining_s = _remaining_s(deadline_ns)
@@ -183,6 +215,8 @@ class WorkerProcess:
                 self._process.kill()
         self._process.wait()
         self._sock.close()
+        if self._readiness is not None:
+            self._readiness.close()
 
     def _read_exact(self, size: int, deadline_ns: int) -> bytearray:
         buffer = bytearray(size)

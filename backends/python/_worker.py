@@ -1,19 +1,27 @@
 """The worker process of one python model instance, and the framing both ends of its socket use.
 
-Run by path (`python _worker.py FD`), so it imports nothing from Convoy: model.py sees a clean
-interpreter with Triton's `triton_python_backend_utils` and the version directory on sys.path.
+Run by path (`python _worker.py FD READY_FD`), so it imports nothing from Convoy: model.py sees a
+clean interpreter with Triton's `triton_python_backend_utils` and the version directory on
+sys.path.
 Messages are pickled tuples; arrays travel as out-of-band buffers (no copy into the pickle, and
 they arrive writable, as Triton's inputs are).
 
 Parent -> worker: ("auto_complete", spec), answered ("completed", config) | ("failed", reason),
 after which the worker exits; or ("initialize", spec) once, then ("execute", batch, inputs,
-output_names, parameters) or ("finalize",). Worker -> parent: ("ready",) | ("failed", reason)
-after initialize; ("response", batch, index, payload, final) for each send of a decoupled model,
+output_names, parameters) or ("finalize",). Worker -> parent: ("ready", checks_readiness) |
+("failed", reason) after initialize, `checks_readiness` saying whether the model defines
+`is_ready`; ("response", batch, index, payload, final) for each send of a decoupled model,
 then ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error |
 None).
-A payload is a dict of output arrays, an error message (str), or None (a bare final flag).
+A payload is a dict of output arrays, a pair (that dict, the response parameters as a JSON
+object string) when the model set any, an error message (str), or None (a bare final flag).
 While execute runs, `InferenceRequest.exec` sends ("call", batch, call, model, version, inputs,
-output_names, parameters) and waits for the parent's ("called", call, payload).
+output_names, parameters) and waits for the parent's ("called", call, payload), whose pair
+carries the called model's response parameters.
+
+A socket of their own (`READY_FD`) carries readiness checks, so that one runs while a batch
+executes: the parent sends one byte, a thread of the worker calls the model's `is_ready()` and
+answers b"1" (ready) or b"0".
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ UTILS_MODULE = "triton_python_backend_utils"
 _MODEL_MODULE = "model"
 _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
 
-Payload = dict[str, np.ndarray] | str | None
+Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
 
 
 def write_message(sock: socket.socket, message: object) -> None:
@@ -131,6 +139,8 @@ class ModelServer:
         self._model_name: str = spec["model_name"]
         self._version: int = spec["version"]
         self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute` models
+        # For `async def is_ready`: its own loop, since it runs beside execute on another thread.
+        self._readiness_loop: asyncio.AbstractEventLoop | None = None
         self._batch: int | None = None  # the batch whose execute runs now (calls belong to it)
         self._calls = itertools.count()
         self._call_lock = threading.Lock()  # one call's send and reply at a time
@@ -242,8 +252,11 @@ class ModelServer:
         payload = reply[2]
         if isinstance(payload, str):
             return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(payload))
+        outputs: dict[str, np.ndarray] = payload[0] if isinstance(payload, tuple) else payload
+        answered: str = payload[1] if isinstance(payload, tuple) else "{}"
         return pb.InferenceResponse(
-            output_tensors=[pb.Tensor(name, array) for name, array in payload.items()]
+            output_tensors=[pb.Tensor(name, array) for name, array in outputs.items()],
+            parameters=json.loads(answered),
         )
 
     def _sender(self, batch: int, index: int) -> Callable[[Any, bool], None]:
@@ -279,7 +292,33 @@ class ModelServer:
                 )
             array = _wire_array(tensor.as_numpy())
             outputs[tensor.name()] = array.copy() if self._copy_outputs else array
-        return outputs
+        parameters = response.parameters()
+        return outputs if parameters == "{}" else (outputs, parameters)
+
+    @property
+    def checks_readiness(self) -> bool:
+        """Whether the model decides its own readiness (defines `is_ready`)."""
+        return callable(getattr(self._model, "is_ready", None))
+
+    def ready(self) -> bool:
+        """The model's `is_ready()` (sync or async): False when it raises or answers anything
+        but a bool, as Triton's python backend takes it. Called by one thread at a time."""
+        try:
+            answer = self._model.is_ready()
+            if inspect.isawaitable(answer):
+                if self._readiness_loop is None:
+                    self._readiness_loop = asyncio.new_event_loop()
+                answer = self._readiness_loop.run_until_complete(answer)
+        except Exception as exc:
+            _log().error("is_ready raised %s: the model is not ready", _describe(exc))
+            return False
+        if not isinstance(answer, bool):
+            _log().error(
+                "is_ready must return a bool, not %s: the model is not ready",
+                type(answer).__name__,
+            )
+            return False
+        return answer
 
     def finalize(self) -> str | None:
         finalize = getattr(self._model, "finalize", None)
@@ -428,11 +467,24 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="convoy-parent-watch", daemon=True).start()
 
 
+def _serve_readiness(sock: socket.socket, server: ModelServer) -> None:
+    """On its own thread: answer each readiness request (one byte) with b"1" (ready) or b"0",
+    until the server closes the socket."""
+    while True:
+        try:
+            if not sock.recv(1):
+                return
+            sock.sendall(b"1" if server.ready() else b"0")
+        except OSError:
+            return
+
+
 def main(argv: list[str]) -> int:
     # Run as a script, Python put this directory first on sys.path; model.py must not see it.
     own_directory = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != own_directory]
     channel = _Channel(socket.socket(fileno=int(argv[1])))
+    readiness = socket.socket(fileno=int(argv[2]))
     _watch_parent(os.getppid())
     kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])
@@ -445,8 +497,13 @@ def main(argv: list[str]) -> int:
     except ContractError as exc:
         channel.send(("failed", str(exc)))
         return 1
-    channel.send(("ready",))
-    ModelServer(channel, sys.modules[UTILS_MODULE], model, spec).serve()
+    server = ModelServer(channel, sys.modules[UTILS_MODULE], model, spec)
+    if server.checks_readiness:
+        threading.Thread(
+            target=_serve_readiness, args=(readiness, server), name="convoy-readiness", daemon=True
+        ).start()
+    channel.send(("ready", server.checks_readiness))
+    server.serve()
     return 0
 
 

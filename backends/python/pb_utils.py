@@ -249,13 +249,14 @@ class _Capsule:
 
 
 class InferenceResponse:
-    """Outputs for one request, or the error that fails that request alone."""
+    """Outputs for one request, or the error that fails that request alone; `parameters` (a
+    dict of bool, int or str values) reach the client as the response's parameters."""
 
     def __init__(
         self,
         output_tensors: list[Tensor] | None = None,
         error: TritonError | None = None,
-        parameters: Mapping[str, Any] | None = None,
+        parameters: dict[str, bool | int | str] | None = None,
     ) -> None:
         tensors = [] if output_tensors is None else output_tensors
         if not isinstance(tensors, list | tuple):
@@ -264,7 +265,7 @@ class InferenceResponse:
             raise TritonModelException(f'"error" must be a TritonError, got {type(error).__name__}')
         self._tensors = list(tensors)
         self._error = error
-        self._parameters = json.dumps(dict(parameters or {}))
+        self._parameters = _response_parameters(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         return self._tensors
@@ -277,6 +278,24 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         return self._parameters
+
+
+def _response_parameters(parameters: object) -> str:
+    """A response's parameters as a JSON object string, checked as Triton checks them."""
+    if parameters is None:
+        return "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect parameters to be a dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(parameters)
 
 
 class InferenceResponseSender:

@@ -92,6 +92,9 @@ class TorchInstance:
     def healthy(self) -> bool:
         return True  # its session lives in this process
 
+    async def ready(self) -> bool:
+        return self.healthy
+
     @property
     def device(self) -> Device:
         return self._device

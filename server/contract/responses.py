@@ -1,8 +1,9 @@
 """What the core answers a front end: a response's outputs, each with the config's declaration
-and its shape."""
+and its shape, and the response parameters its model set."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,4 +30,7 @@ class InferResponse:
     model: str
     version: int
     outputs: list[InferOutput]
+    # The response parameters (a python model's `InferenceResponse(parameters=...)`): bool, int
+    # or str values; None when it set none.
+    parameters: Mapping[str, bool | int | float | str] | None = None
     load: LoadReport | None = None  # the model's load, when the request asked for it

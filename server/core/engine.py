@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-from backends import BackendError
+from backends import BackendError, response_parameters
 from batching import InFlight, RequestResult
 from server.contract.errors import (
     SERVER_STOPPING,
@@ -292,4 +292,4 @@ def _response(target: ModelVersion, produced: Any, request: InferRequest) -> Inf
     if request.classification:
         batched = target.io.max_batch_size > 0
         outputs = classified(outputs, request.classification, target.labels, batched)
-    return InferResponse(target.name, target.version, outputs)
+    return InferResponse(target.name, target.version, outputs, response_parameters(produced))

@@ -58,7 +58,7 @@ class LocalCore:
         return self._engine.ready()
 
     async def model_ready(self, name: str, version: str) -> bool:
-        return not self._engine.stopping and self._repository.is_ready(name, version)
+        return not self._engine.stopping and await self._repository.check_ready(name, version)
 
     async def check_model(self, name: str) -> None:
         self._repository.entry(name)

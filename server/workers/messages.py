@@ -47,9 +47,9 @@ READY = "ready"  # (READY, grpc_port, http_port): the worker serves
 STOPPED = "stopped"  # (STOPPED,): the worker sends no request after this one
 # Core -> worker.
 WELCOME = "welcome"  # (WELCOME, front-end settings, tracing, cuda_shm, serving, log settings)
-ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, load | None): outputs
-#                   None, a final flag alone; load, the LoadReport's fields when the request
-#                   asked for it
+ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, parameters | None,
+#                   load | None): outputs None, a final flag alone; parameters, the response
+#                   parameters; load, the LoadReport's fields when the request asked for it
 FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band): in_band, one response
 #                    of a stream failed; else the request failed as a whole (and final is True)
 DONE = "done"  # (DONE, rid): a stream ended without a final response
@@ -184,24 +184,26 @@ def encode_answer(
 ) -> Message:
     """One response (None: a final flag alone), its outputs placed (in order) by the core."""
     if response is None:
-        return (ANSWER, rid, final, "", 0, None, None)
+        return (ANSWER, rid, final, "", 0, None, None, None)
     outputs = tuple(
         [
             (output.spec.name, output.spec.datatype.wire, output.spec.dims, output.shape, *placed)
             for output, placed in zip(response.outputs, placements, strict=True)
         ]
     )
+    parameters = None if response.parameters is None else dict(response.parameters)
     load = None if (r := response.load) is None else (r.queue_length, r.in_flight, r.load_ratio)
-    return (ANSWER, rid, final, response.model, response.version, outputs, load)
+    return (ANSWER, rid, final, response.model, response.version, outputs, parameters, load)
 
 
 def decode_answer(message: Message, outputs: Arena, release: Released) -> InferResponse | None:
     """The response with its outputs copied out of `outputs`, whose blocks are then released."""
-    _, _, _, model, version, tensors, load = message
+    _, _, _, model, version, tensors, parameters, load = message
     if tensors is None:
         return None
     decoded = [_decode_output(t, outputs, release) for t in tensors]
-    return InferResponse(model, version, decoded, None if load is None else LoadReport(*load))
+    report = None if load is None else LoadReport(*load)
+    return InferResponse(model, version, decoded, parameters, report)
 
 
 def _decode_output(tensor: tuple[Any, ...], outputs: Arena, release: Released) -> InferOutput:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backends import BackendError, ModelCaller, on_host
+from backends import BackendError, ModelCaller, Outputs, on_host, response_parameters
 from batching import (
     DeadlineExceededError,
     LatencyTargetError,
@@ -127,7 +127,8 @@ async def infer_on(
 def model_caller(resolve: Callable[[str, str], Servable]) -> ModelCaller:
     """A Python model's `InferenceRequest.exec`: a request to another model of this server
     (`resolve` finds its ready version), checked and counted as a client's; the requested
-    outputs (all when none are named) come back in host memory."""
+    outputs (all when none are named) come back in host memory, with the response parameters
+    the called model set."""
 
     async def call(
         model: str,
@@ -138,10 +139,12 @@ def model_caller(resolve: Callable[[str, str], Servable]) -> ModelCaller:
     ) -> dict[str, Any]:
         options = InferOptions(parameters=model_parameters(parameters.items()))
         result = await infer_on(resolve(model, version), inputs, outputs, options)
-        return {
+        arrays = {
             name: on_host(array)
             for name, array in result.outputs.items()
             if not outputs or name in outputs
         }
+        answered = response_parameters(result.outputs)
+        return arrays if answered is None else Outputs(arrays, answered)
 
     return call

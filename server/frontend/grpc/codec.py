@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy.typing as npt
@@ -240,6 +240,8 @@ def encode_response(
     message.model_name = response.model
     message.model_version = str(response.version)
     message.id = request_id
+    if response.parameters:
+        set_parameters(message.parameters, response.parameters)
     for output in response.outputs:
         datatype = output.spec.datatype
         tensor = message.outputs.add()
@@ -249,6 +251,21 @@ def encode_response(
         array = output.array
         message.raw_output_contents.append(b"" if array is None else encode_raw(datatype, array))
     return message
+
+
+def set_parameters(
+    into: MutableMapping[str, pb.InferParameter], parameters: Mapping[str, bool | int | float | str]
+) -> None:
+    """Response parameters as InferParameter values (Triton's bool, int64 and string ones)."""
+    for key, value in parameters.items():
+        if isinstance(value, bool):
+            into[key].bool_param = value
+        elif isinstance(value, int):
+            into[key].int64_param = value
+        elif isinstance(value, float):
+            into[key].double_param = value
+        else:
+            into[key].string_param = value
 
 
 def _decode_typed(

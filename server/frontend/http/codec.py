@@ -341,6 +341,8 @@ def encode_response(
     header: JsonObject = {"model_name": response.model, "model_version": str(response.version)}
     if request_id:
         header["id"] = request_id
+    if response.parameters:
+        header["parameters"] = dict(response.parameters)
     header["outputs"] = outputs
     encoded = json.dumps(header).encode("utf-8")
     if not chunks:

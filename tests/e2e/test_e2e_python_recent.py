@@ -1,0 +1,274 @@
+"""What a model.py of a recent Triton (2.54-2.67) relies on, end to end in both python modes: its
+own `is_ready()` deciding ModelReady and /v2/models/<m>/ready, and response parameters reaching
+the client (gRPC, HTTP, a stream) and a BLS caller."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from e2e_support import PYTHON_MODES, ConvoyServer, infer_input, place_python_models
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+
+# Ready while the file its config names exists; `style` says how is_ready answers otherwise.
+READINESS = """
+import asyncio
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.flag = parameters["flag"]["string_value"]
+        self.style = parameters["style"]["string_value"]
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]
+            )
+            for r in requests
+        ]
+
+    def _answer(self):
+        if self.style == "raises":
+            raise RuntimeError("the readiness check failed on purpose")
+        if self.style == "not_bool":
+            return "ready"
+        if self.style == "slow":
+            time.sleep(6)  # past the 5 s the server waits
+        return os.path.exists(self.flag)
+
+    {definition}
+"""
+SYNC = "def is_ready(self):\n        return self._answer()"
+ASYNC = (
+    "async def is_ready(self):\n        await asyncio.sleep(0.01)\n        return self._answer()"
+)
+
+# Answers response parameters; a negative input asks for a float one, which Triton refuses.
+PARAMETERS = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            n = int(x.ravel()[0])
+            shown = {"bool": True, "str": "Hello World!", "int": 1024, "n": n}
+            if n < 0:
+                shown["float"] = 0.5
+            y = pb_utils.Tensor("Y", x)
+            responses.append(pb_utils.InferenceResponse([y], parameters=shown))
+        return responses
+"""
+
+# Streams two responses with parameters, then a bare final flag.
+STREAM_PARAMETERS = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            y = pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(request, "X").as_numpy())
+            for index in range(2):
+                sender.send(pb_utils.InferenceResponse([y], parameters={"index": index}))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+# Calls `parameters` with exec and async_exec; answers what each response's parameters() showed.
+BLS_PARAMETERS = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="parameters",
+                inputs=[pb_utils.get_input_tensor_by_name(request, "X")],
+                requested_output_names=["Y"],
+            )
+            shown = [call.exec().parameters(), (await call.async_exec()).parameters()]
+            out = pb_utils.Tensor("SHOWN", np.array([[json.dumps(shown)]], dtype=np.object_))
+            responses.append(pb_utils.InferenceResponse([out], parameters={"from": "caller"}))
+        return responses
+"""
+
+IDENTITY_IO = (
+    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+)
+READINESS_STYLES = ("sync", "async", "raises", "not_bool", "slow")
+
+
+def _string(key: str, value: str) -> str:
+    return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+
+
+def _repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    for style in READINESS_STYLES:
+        source = READINESS.replace("{definition}", ASYNC if style == "async" else SYNC)
+        config = f'name: "ready_{style}"\nbackend: "python"\nmax_batch_size: 0\n' + IDENTITY_IO
+        config += _string("flag", str(tmp_path / f"{style}.flag")) + _string("style", style)
+        models.write_python_model(repo, f"ready_{style}", source, config)
+    models.write_python_model(
+        repo,
+        "parameters",
+        PARAMETERS,
+        'name: "parameters"\nbackend: "python"\nmax_batch_size: 0\n' + IDENTITY_IO,
+    )
+    models.write_python_model(
+        repo,
+        "stream_parameters",
+        STREAM_PARAMETERS,
+        'name: "stream_parameters"\nbackend: "python"\nmax_batch_size: 0\n'
+        + IDENTITY_IO
+        + "model_transaction_policy { decoupled: true }\n",
+    )
+    models.write_python_model(
+        repo,
+        "bls_parameters",
+        BLS_PARAMETERS,
+        'name: "bls_parameters"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "SHOWN" data_type: TYPE_STRING dims: [ 1, 1 ] } ]\n',
+    )
+    return repo
+
+
+@pytest.fixture(scope="module", params=PYTHON_MODES)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ConvoyServer, Path]]:
+    """One server per python mode for the module's tests, and where its models' flags lie."""
+    where = tmp_path_factory.mktemp("recent")
+    repo = place_python_models(_repository(where), request.param)
+    server = ConvoyServer(repo, where / "server.log").start()
+    yield server, where
+    server.kill()
+
+
+@pytest.fixture
+def server(served: tuple[ConvoyServer, Path]) -> ConvoyServer:
+    return served[0]
+
+
+@pytest.fixture
+def flags(served: tuple[ConvoyServer, Path]) -> Path:
+    return served[1]
+
+
+def _ready(server: ConvoyServer, model: str) -> tuple[bool, bool]:
+    """(gRPC ModelReady, HTTP /v2/models/<m>/ready), asked at the same time."""
+    with (
+        grpcclient.InferenceServerClient(server.url) as grpc_client,
+        httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http_client,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        grpc_answer = pool.submit(grpc_client.is_model_ready, model)
+        http_answer = pool.submit(http_client.is_model_ready, model)
+        return bool(grpc_answer.result()), bool(http_answer.result())
+
+
+def test_is_ready_decides_model_readiness_as_it_flips(server: ConvoyServer, flags: Path) -> None:
+    x = np.array([3.0], np.float32)
+    for style in ("sync", "async"):
+        model, flag = f"ready_{style}", flags / f"{style}.flag"
+        assert _ready(server, model) == (False, False)
+        flag.touch()
+        assert _ready(server, model) == (True, True)
+        flag.unlink()
+        assert _ready(server, model) == (False, False)
+        # Readiness is the model's word to balancers: inference goes on regardless.
+        with grpcclient.InferenceServerClient(server.url) as triton:
+            result = triton.infer(model, [infer_input("X", x, "FP32")])
+            np.testing.assert_array_equal(result.as_numpy("Y"), x)
+    for style in ("raises", "not_bool"):
+        (flags / f"{style}.flag").touch()
+        assert _ready(server, f"ready_{style}") == (False, False)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        # A model without is_ready stays ready, and the server as a whole is unaffected.
+        assert triton.is_model_ready("parameters") and triton.is_server_ready()
+
+
+def test_an_is_ready_past_its_timeout_answers_not_ready(server: ConvoyServer, flags: Path) -> None:
+    (flags / "slow.flag").touch()
+    assert _ready(server, "ready_slow") == (False, False)  # both wait on one call, 5 s
+    x = np.array([1.0], np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer("ready_slow", [infer_input("X", x, "FP32")])
+        np.testing.assert_array_equal(result.as_numpy("Y"), x)
+
+
+def test_response_parameters_reach_the_client_on_both_protocols(server: ConvoyServer) -> None:
+    expected = {"bool": True, "str": "Hello World!", "int": 1024, "n": 7}
+    x = np.array([7.0], np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        answer = triton.infer("parameters", [infer_input("X", x, "FP32")]).get_response()
+        shown = {
+            key: getattr(value, value.WhichOneof("parameter_choice"))
+            for key, value in answer.parameters.items()
+        }
+        assert shown == expected
+        with pytest.raises(InferenceServerException) as refused:
+            triton.infer("parameters", [infer_input("X", -x, "FP32")])
+        assert (
+            "Expect parameters values to have type bool/int/str, found type <class 'float'>"
+            in refused.value.message()
+        )
+    with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http_client:
+        http_input = httpclient.InferInput("X", [1], "FP32")
+        http_input.set_data_from_numpy(x)
+        assert http_client.infer("parameters", [http_input]).get_response()["parameters"] == (
+            expected
+        )
+
+
+def test_a_streamed_response_carries_its_parameters(server: ConvoyServer) -> None:
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    x = np.array([1.0], np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        triton.start_stream(callback=lambda result, error: answers.put((result, error)))
+        triton.async_stream_infer("stream_parameters", [infer_input("X", x, "FP32")])
+        received = [answers.get(timeout=10) for _ in range(2)]
+        triton.stop_stream()
+    for index, (result, error) in enumerate(received):
+        assert error is None
+        assert isinstance(result, grpcclient.InferResult)
+        parameters = result.get_response().parameters
+        assert parameters["index"].int64_param == index
+        assert parameters["triton_final_response"].bool_param is False
+
+
+def test_a_bls_response_shows_the_called_models_parameters(server: ConvoyServer) -> None:
+    x = np.array([5.0], np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer("bls_parameters", [infer_input("X", x, "FP32")])
+        shown = [json.loads(text) for text in json.loads(result.as_numpy("SHOWN")[0, 0])]
+        assert result.get_response().parameters["from"].string_param == "caller"
+    expected = {"bool": True, "str": "Hello World!", "int": 1024, "n": 5}
+    assert shown == [expected, expected]
