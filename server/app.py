@@ -7,10 +7,11 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from backends import cuda_available
 from batching import PolicyError, RateLimiter, parse_explicit
@@ -214,7 +215,7 @@ class App:
         await self._set_health()
         if self._front_end is not None:
             await self._front_end.drain()
-        if not await _unless(forced, self.engine.wait_idle(timeout_s)):
+        if not await _unless(forced, self.engine.wait_idle(timeout_s)) and not forced.is_set():
             _log.warning("requests still in flight after %.1f s; stopping anyway", timeout_s)
         if self._front_end is not None:
             await self._front_end.stop(grace_s=0.0 if forced.is_set() else 1.0)
@@ -224,7 +225,9 @@ class App:
                 await self._workers.kill()
         for reserved in self._reserved:
             reserved.close()
-        await self.repository.unload_all(timeout_s=1.0)
+        # Forced, an execute still running is not waited for (a model's own process sees the
+        # server gone and exits).
+        await _unless(forced, self.repository.unload_all(timeout_s=1.0))
         self._cloud.close()
         if self.cache is not None:
             await self.cache.close()
@@ -266,17 +269,19 @@ class App:
             await self._set_health()
 
 
-async def _unless(force: asyncio.Event, step: Awaitable[bool | None]) -> bool:
-    """Await `step` unless `force` is set first (then the step is cancelled); whether the step
-    finished and said yes (None counts as yes)."""
+async def _unless(force: asyncio.Event, step: Coroutine[Any, Any, bool | None]) -> bool:
+    """Run `step` unless `force` is set first; whether the step finished and said yes (None
+    counts as yes). Forced, the step is cancelled and not waited for: a thread it waits on
+    (a model's execute) may not end soon."""
+    if force.is_set():
+        step.close()
+        return False
     task = asyncio.ensure_future(step)
     forced = asyncio.ensure_future(force.wait())
     await asyncio.wait({task, forced}, return_when=asyncio.FIRST_COMPLETED)
     forced.cancel()
     if not task.done():
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         return False
     return task.result() is not False
 

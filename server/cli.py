@@ -107,4 +107,8 @@ async def serve(settings: ServerSettings, logs: LogControl | None = None) -> int
     await stop.wait()
     _log.info("signal received: draining (a second signal stops at once)")
     await app.stop(force)
-    return 1 if force.is_set() else 0
+    if force.is_set():
+        # What still runs (a model's execute in its thread) is not waited for.
+        logging.shutdown()
+        os._exit(1)
+    return 0

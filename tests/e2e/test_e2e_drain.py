@@ -1,0 +1,251 @@
+"""The drain at SIGTERM, in process and through front-end workers: every request the server took
+is answered; what it does not take is refused in a way that is safe to retry (UNAVAILABLE, or a
+connection refused), never CANCELLED; open gRPC streams get their answers and then end OK; an
+HTTP keep-alive connection closes after its answer; a second signal stops at once, leaving no
+process behind. The 10-run figures are scripts/drain_check.py's."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from e2e_support import IN_PROCESS, ConvoyServer, StartServer, infer_input, metric, simple_inputs
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from scripts import models
+from scripts.gen_models import write_simple
+
+SLOW_S = 1.0  # how long a request of `sleepy` in flight at the signal takes
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # one connection per client
+
+# Sleeps as long as its batch's largest X (seconds), then answers X as Y.
+SLEEPY = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        time.sleep(float(max(np.max(x) for x in xs)))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]) for x in xs]
+"""
+SLEEPY_CONFIG = (
+    'name: "sleepy"\nbackend: "python"\nmax_batch_size: 8\n'
+    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n" + IN_PROCESS
+)
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("drain") / "models"
+    write_simple(repo)
+    models.write_python_model(repo, "sleepy", SLEEPY, SLEEPY_CONFIG)
+    return repo
+
+
+@pytest.fixture(params=["in process", "2 workers"])
+def server(
+    request: pytest.FixtureRequest, start_server: StartServer, repository: Path
+) -> ConvoyServer:
+    flags = ("--frontend-workers", "2") if request.param == "2 workers" else ()
+    return start_server(repository, "--exit-timeout-secs", "20", *flags)
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found |= {int(child) for child in (task / "children").read_text().split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _in_flight(server: ConvoyServer, count: int) -> Callable[[], bool]:
+    """Whether `count` requests of `sleepy` are in the server's hands."""
+    return lambda: (
+        metric(server.metrics(), "convoy_inference_inflight_requests", model="sleepy", version="1")
+        == count
+    )
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def _sleepy(client: grpcclient.InferenceServerClient, seconds: float) -> np.ndarray:
+    x = np.full((1, 1), seconds, dtype=np.float32)
+    result: np.ndarray = client.infer("sleepy", [infer_input("X", x, "FP32")]).as_numpy("Y")
+    return result
+
+
+def _hammer(url: str, stop: threading.Event, outcomes: list[str]) -> None:
+    """`simple` requests one after the other on the client's own connection until `stop`."""
+    client = grpcclient.InferenceServerClient(url, channel_args=OWN_CONNECTION)
+    seed = 0
+    try:
+        while not stop.is_set():
+            inputs, a, b = simple_inputs(1, seed=seed)
+            seed += 1
+            try:
+                result = client.infer("simple", inputs, client_timeout=10)
+                outcomes.append(
+                    "ok" if np.array_equal(result.as_numpy("OUTPUT0"), a + b) else "WRONG"
+                )
+            except InferenceServerException as exc:
+                outcomes.append(str(exc.status()))
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def load(server: ConvoyServer) -> Iterator[list[str]]:
+    """Four clients sending `simple` requests back to back until the test ends."""
+    outcomes: list[str] = []
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_hammer, args=(server.url, stop, outcomes)) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    _wait_until(lambda: outcomes.count("ok") >= 20)
+    yield outcomes
+    stop.set()
+    for thread in threads:
+        thread.join(15)
+
+
+def test_a_drain_under_load_answers_what_it_took_and_refuses_the_rest_retryably(
+    server: ConvoyServer, load: list[str]
+) -> None:
+    assert server.process is not None
+    children = _children(server.process.pid)
+    client = grpcclient.InferenceServerClient(server.url)
+    with ThreadPoolExecutor(4) as pool:
+        slow: list[Future[np.ndarray]] = [pool.submit(_sleepy, client, SLOW_S) for _ in range(4)]
+        _wait_until(_in_flight(server, 4))
+        server.send_signal(signal.SIGTERM)
+        # New connections are refused at once, while the slow requests are still running.
+        _wait_until(lambda: _refused(server.grpc_port) and _refused(server.http_port), 2.0)
+        assert not all(future.done() for future in slow)
+        for future in slow:
+            np.testing.assert_array_equal(future.result(timeout=20), [[SLOW_S]])
+    client.close()
+    assert server.wait() == 0, server.log()
+    time.sleep(0.3)  # the load goes on against the stopped server for a while
+    assert load.count("ok") > 0
+    assert set(load) <= {"ok", "StatusCode.UNAVAILABLE"}, sorted(set(load))
+    assert not any(_alive(pid) for pid in children)
+
+
+def _stream_request(seconds: float, rid: str) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="sleepy", id=rid)
+    tensor = request.inputs.add(name="X", datatype="FP32", shape=[1, 1])
+    tensor.contents.fp32_contents.append(seconds)
+    return request
+
+
+def test_an_open_stream_gets_its_answers_then_ends_cleanly(server: ConvoyServer) -> None:
+    requests: queue.Queue[service_pb2.ModelInferRequest | None] = queue.Queue()
+
+    def sent() -> Iterator[service_pb2.ModelInferRequest]:
+        while (request := requests.get()) is not None:
+            yield request
+
+    with grpc.insecure_channel(server.url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        answers = stub.ModelStreamInfer(sent())
+        for rid in ("a", "b", "c"):
+            requests.put(_stream_request(SLOW_S, rid))
+        _wait_until(_in_flight(server, 3))
+        server.send_signal(signal.SIGTERM)
+        # The client keeps its side open: the server ends the stream once it has answered.
+        received = [(answer.error_message, answer.infer_response.id) for answer in answers]
+        assert answers.code() == grpc.StatusCode.OK, answers.details()
+        requests.put(None)
+    assert sorted(received) == [("", "a"), ("", "b"), ("", "c")]
+    assert server.wait() == 0, server.log()
+
+
+def _json_infer(seconds: float) -> bytes:
+    tensor = {"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [seconds]}
+    return json.dumps({"inputs": [tensor]}).encode()
+
+
+def test_an_http_keep_alive_connection_closes_after_its_answer(server: ConvoyServer) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
+    connection.request("GET", "/v2/health/ready")
+    first = connection.getresponse()
+    first.read()
+    assert first.status == 200 and first.getheader("Connection") is None  # kept alive
+    connection.request("POST", "/v2/models/sleepy/infer", body=_json_infer(SLOW_S))
+    _wait_until(_in_flight(server, 1))
+    server.send_signal(signal.SIGTERM)
+    answer = connection.getresponse()
+    body = json.loads(answer.read())
+    assert answer.status == 200 and body["outputs"][0]["data"] == [SLOW_S]
+    assert answer.getheader("Connection") == "close"
+    assert answer.will_close
+    connection.close()
+    assert server.wait() == 0, server.log()
+
+
+def test_a_second_signal_stops_at_once_leaving_no_process(
+    start_server: StartServer, repository: Path
+) -> None:
+    server = start_server(repository, "--frontend-workers", "2", "--exit-timeout-secs", "60")
+    assert server.process is not None
+    children = _children(server.process.pid)
+    assert children
+    client = grpcclient.InferenceServerClient(server.url)
+    with ThreadPoolExecutor(1) as pool:
+        stuck = pool.submit(_sleepy, client, 5.0)
+        _wait_until(_in_flight(server, 1))
+        server.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        assert server.process.poll() is None  # draining: it waits for the request
+        signalled = time.monotonic()
+        server.send_signal(signal.SIGINT)
+        assert server.wait() == 1, server.log()
+        assert time.monotonic() - signalled < 3.0
+        with pytest.raises(InferenceServerException):
+            stuck.result(timeout=10)
+    client.close()
+    assert "second signal" in server.log()
+    assert not any(_alive(pid) for pid in children)
