@@ -325,6 +325,10 @@ def test_the_deployment_probes_drains_and_runs_unprivileged(kubectl: str, overla
     assert command[0] == "sleep" and len(command) == 2
     drain_s = float(command[1]) + float(flag_value(args, "--exit-timeout-secs"))
     assert pod["terminationGracePeriodSeconds"] > drain_s
+    # A draining pod refuses the probe's connection: it leaves the endpoints within seconds
+    # even when it was not deleted (a deletion removes it at once).
+    readiness = server["readinessProbe"]
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] <= 10
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
     assert server["securityContext"]["allowPrivilegeEscalation"] is False
@@ -407,6 +411,8 @@ def test_the_kserve_runtime_follows_kserve_tritonserver(kubectl: str) -> None:
     assert flag_value(args, "--model-repository") == "/mnt/models"
     assert flag_value(args, "--host") == "0.0.0.0"
     assert spec["annotations"]["prometheus.kserve.io/port"] == flag_value(args, "--metrics-port")
+    # The drain ends before the SIGKILL at the pod's default grace period (30 s).
+    assert float(flag_value(args, "--exit-timeout-secs")) < 30
     service = one(documents, "InferenceService")
     model = service["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
