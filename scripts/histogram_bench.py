@@ -8,6 +8,11 @@ machine falls on both alike. B's page is checked for the families before measuri
 run, then B over A: throughput, p99 and server CPU per request (the process's CPU time from
 /proc over the requests served).
 
+On a busy machine those move by more than the histograms cost, so the script also times what
+they add to a request in this process (ModelStats' record_success, and record_execution shared by
+a batch of 16), with and without histograms, interleaved, the fastest of many repeats each, and
+prints it as a share of B's CPU per request.
+
 Usage: python scripts/histogram_bench.py [--window-ms 3000] [--concurrency 32] [--rounds 1]
 """
 
@@ -18,14 +23,19 @@ import re
 import statistics
 import sys
 import tempfile
+import timeit
 import urllib.request
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from batching import ExecutionRecord, RequestResult
+from proto import model_config_pb2 as mc
 from scripts.bench_drivers import CpuMeter, Run, run_perf_analyzer, server_process
 from scripts.hotpath_bench import build_repository
+from server.core.observability.histograms import LatencyHistograms
+from server.core.observability.stats import ModelStats
 
 MODEL = "mlp_on"
 # The serving line: gRPC, metrics and HTTP ports.
@@ -47,6 +57,29 @@ def _check_exported(metrics_port: int, expected: bool) -> None:
         found = f'{family}_count{{model="{MODEL}",version="1"}}' in text
         if found != expected:
             raise SystemExit(f"{family} {'missing' if expected else 'exported'} on this server")
+
+
+def observe_cost_us(batch: int = 16, calls: int = 100_000, repeats: int = 15) -> float:
+    """Microseconds the histograms add to one request's statistics: record_success, and
+    record_execution over `batch` requests; off and on interleaved, the fastest repeat each."""
+    result = RequestResult({}, 120_000, 20_000, 900_000, 30_000, batch, "instance")
+    record = ExecutionRecord(batch, batch, 20_000, 900_000, 30_000, succeeded=True)
+    off, on = ModelStats(), ModelStats()
+    on.latency = LatencyHistograms.from_config(mc.ModelConfig(name=MODEL))
+    best = {id(off): float("inf"), id(on): float("inf")}
+    for _ in range(repeats):
+        for stats in (off, on):
+
+            def request(stats: ModelStats = stats) -> None:
+                stats.record_success(result, 1_500_000)
+
+            def execution(stats: ModelStats = stats) -> None:
+                stats.record_execution(record)
+
+            seconds = timeit.timeit(request, number=calls)
+            seconds += timeit.timeit(execution, number=calls // batch)
+            best[id(stats)] = min(best[id(stats)], seconds / calls * 1e6)
+    return best[id(on)] - best[id(off)]
 
 
 def _line(label: str, run: Run) -> str:
@@ -120,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
             f"({a_rate:.0f} -> {b_rate:.0f} infer/s), p99 {a_p99:.2f} -> {b_p99:.2f} ms, "
             f"server CPU per request {a_cpu:.0f} -> {b_cpu:.0f} us"
         )
+    added_us = observe_cost_us()
+    print(
+        f"the histograms add {added_us:.2f} us of CPU per request in process, "
+        f"{added_us / b_cpu:.2%} of B's {b_cpu:.0f} us per request"
+    )
     return 0
 
 
