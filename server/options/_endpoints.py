@@ -241,8 +241,10 @@ METRICS = (
         "summary_quantiles",
         SERVED,
         "counters on, histograms and summaries off",
-        behaviour="histogram_latencies switches Convoy's own `convoy_*` histograms (default on); "
-        "the summaries are Triton's `nv_inference_*_summary_us`",
+        behaviour="histogram_latencies=true adds Triton's latency histograms "
+        "(`nv_inference_first_response_histogram_ms` and the five `*_duration_histogram_us`, "
+        "buckets per model from `model_metrics`); =false also drops Convoy's own `convoy_*` "
+        "histograms, on otherwise; the summaries are Triton's `nv_inference_*_summary_us`",
         repeat=True,
     ),
 )
