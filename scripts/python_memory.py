@@ -3,13 +3,17 @@ weights, its own copy per instance or one copy through `pb_utils.shared_array`, 
 processes and in the server's process (`convoy_in_process`).
 
 Usage: python scripts/python_memory.py [--megabytes 200] [--counts 1,4]
+                                      [--triton .../pytriton/tritonserver]
 
 For each way and instance count, one server serves the model alone; once it serves, the memory
 of its process tree (the server and its workers) is read from /proc: the sum of PSS (each shared
 page split among the processes that map it: what the tree really holds) and the sum of RSS
 (every mapped page counted in each process, as `ps` shows it). An empty server of the same
 command gives the baseline. The table shows each total above that baseline, and what each
-instance past the first adds, as a share of the first instance's.
+instance past the first adds, as a share of the first instance's. With `--triton DIR`, Triton
+2.51 live (scripts/triton_live.py) serves the own-copy model.py the same way (its server and its
+Python backend's stub processes, above an empty Triton): Triton has no call like
+`shared_array`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import site
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -25,12 +30,15 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts import models
+from scripts import models, triton_live
 from scripts.bench_drivers import server_process
 from scripts.bench_runs import CONVOY_LINE
 
 # Weights made in `initialize`: its own copy, or one copy every instance of the version maps.
 MODEL_PY = """
+import sys
+
+sys.path[:0] = {site_packages}  # Triton's stub: NumPy from this environment
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -89,47 +97,66 @@ def tree_memory(root: int) -> tuple[int, int]:
     return pss, rss
 
 
-def _measure(scratch: Path, repo: Path) -> tuple[int, int]:
-    command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
-    command += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
-    with server_process(command, scratch / "server.log", CONVOY_LINE) as (pid, _):
+def _measure(scratch: Path, repo: Path, triton: Path | None = None) -> tuple[int, int]:
+    if triton is None:
+        command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
+        command += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
+        started = CONVOY_LINE
+    else:
+        backends = triton_live.backend_directory(triton, scratch / f"backends-{repo.name}")
+        command, started = triton_live.command(triton, repo, backends), triton_live.STARTED
+    with server_process(command, scratch / "server.log", started) as (pid, _):
         return tree_memory(pid)
+
+
+def model_py(count: int, weights: str) -> str:
+    return MODEL_PY.format(count=count, weights=weights, site_packages=site.getsitepackages())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes", type=int, default=200)
     parser.add_argument("--counts", type=lambda s: [int(c) for c in s.split(",")], default=[1, 4])
+    parser.add_argument(
+        "--triton", type=Path, help="the tritonserver directory of the nvidia-pytriton wheel"
+    )
     args = parser.parse_args(argv)
+    ways = [(w, e, m, p, None) for w, e in WEIGHTS.items() for m, p in MODES.items()]
+    if args.triton:
+        ways.append(("own copy", WEIGHTS["own copy"], "Triton 2.51", "", args.triton.resolve()))
     count = args.megabytes * 1_000_000 // 8
     mib = 1024 * 1024
     with tempfile.TemporaryDirectory(prefix="python-memory-") as scratch_dir:
         scratch = Path(scratch_dir)
         empty = scratch / "empty"
         empty.mkdir()
-        base_pss, base_rss = _measure(scratch, empty)
-        print(f"empty server: PSS {base_pss / mib:,.0f} MiB, RSS {base_rss / mib:,.0f} MiB")
+        bases = {None: _measure(scratch, empty)}
+        if args.triton:
+            bases[args.triton.resolve()] = _measure(scratch, empty, args.triton.resolve())
+        for server, (base_pss, base_rss) in bases.items():
+            print(
+                f"empty {'Convoy' if server is None else 'Triton'}: PSS {base_pss / mib:,.0f} "
+                f"MiB, RSS {base_rss / mib:,.0f} MiB"
+            )
         print()
         print("| weights | where | instances | PSS above empty | RSS above empty |")
         print("| --- | --- | --- | --- | --- |")
-        summary = []
-        for weights, expression in WEIGHTS.items():
-            for mode, parameter in MODES.items():
-                totals = {}
-                for instances in args.counts:
-                    repo = scratch / f"repo-{len(summary)}-{instances}"
-                    source = MODEL_PY.format(count=count, weights=expression)
-                    models.write_python_model(
-                        repo, "weights", source, _config(instances, bool(parameter))
-                    )
-                    pss, rss = _measure(scratch, repo)
-                    totals[instances] = (pss - base_pss, rss - base_rss)
-                    print(
-                        f"| {weights} | {mode} | {instances} | {totals[instances][0] / mib:,.0f} "
-                        f"MiB | {totals[instances][1] / mib:,.0f} MiB |",
-                        flush=True,
-                    )
-                summary.append((weights, mode, totals))
+        summary: list[tuple[str, str, dict[int, tuple[int, int]]]] = []
+        for weights, expression, mode, parameter, triton in ways:
+            base_pss, base_rss = bases[triton]
+            totals = {}
+            for instances in args.counts:
+                repo = scratch / f"repo-{len(summary)}-{instances}"
+                config = _config(instances, bool(parameter))
+                models.write_python_model(repo, "weights", model_py(count, expression), config)
+                pss, rss = _measure(scratch, repo, triton)
+                totals[instances] = (pss - base_pss, rss - base_rss)
+                print(
+                    f"| {weights} | {mode} | {instances} | {totals[instances][0] / mib:,.0f} "
+                    f"MiB | {totals[instances][1] / mib:,.0f} MiB |",
+                    flush=True,
+                )
+            summary.append((weights, mode, totals))
         low, high = min(args.counts), max(args.counts)
         print()
         print("| weights | where | each instance past the first adds (PSS) | of the first's |")

@@ -11,9 +11,7 @@ model mid-batch, and killing the session also ends processes the model started.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import pickle
 import signal
 import socket
 import subprocess
@@ -23,10 +21,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from backends.python._worker import read_frame, write_message
+from backends.python._frames import (
+    LEASE_NEW_BATCH,
+    LEASE_NONE,
+    LEASE_TO_BATCH,
+    RING_BYTES,
+    Ring,
+    Unpickler,
+    copied,
+    read_frame,
+    write_message,
+)
 
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 _POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
+# The messages whose arrays the worker may keep in shared memory until their batch is answered.
+_LEASES = {"execute": LEASE_NEW_BATCH, "called": LEASE_TO_BATCH}
 _EXIT_GRACE_S = 5.0  # after finalize, how long the worker may take to exit before it is killed
 
 # The only globals a worker's message may name: what NumPy needs to rebuild plain arrays. A model
@@ -62,26 +72,26 @@ class WorkerRefused(WorkerFailure):
     """The worker could not import model.py or initialize() raised; `reason` says which."""
 
 
-class _ArrayUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _ARRAY_GLOBALS:
-            raise pickle.UnpicklingError(f"the message names {module}.{name}")
-        return super().find_class(module, name)
-
-
 class WorkerProcess:
     """One running worker; used by one thread at a time (the instance's executor, or close)."""
 
-    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], sock: socket.socket, outgoing: Ring, incoming: Ring
+    ) -> None:
         self._process = process
         self._sock = sock
+        self._outgoing = outgoing  # the worker's inputs: an execute message's stay leased
+        self._incoming = incoming  # copied out at once
         self._readiness: socket.socket | None = None  # readiness checks' own socket
         self.checks_readiness = False  # the model defines `is_ready` (known once initialized)
 
     @classmethod
-    def start(cls, spec: dict[str, Any], deadline_ns: int) -> WorkerProcess:
-        """Start a worker and have it import model.py and run initialize(spec['args'])."""
-        worker = cls._spawn()
+    def start(
+        cls, spec: dict[str, Any], deadline_ns: int, ring_bytes: int = RING_BYTES
+    ) -> WorkerProcess:
+        """Start a worker and have it import model.py and run initialize(spec['args']);
+        `ring_bytes`: each direction's shared memory."""
+        worker = cls._spawn(ring_bytes)
         try:
             worker.send(("initialize", spec), deadline_ns)
             reply = worker.receive(deadline_ns)
@@ -108,12 +118,14 @@ class WorkerProcess:
         return reply[1]
 
     @classmethod
-    def _spawn(cls) -> WorkerProcess:
+    def _spawn(cls, ring_bytes: int = RING_BYTES) -> WorkerProcess:
         ours, theirs = socket.socketpair()
         # Readiness checks have a socket of their own: one runs while a batch executes.
         ours_ready, theirs_ready = socket.socketpair()
-        fds = (theirs.fileno(), theirs_ready.fileno())
+        rings: list[Ring] = []
         try:
+            rings = [Ring.create(f"convoy-python-{way}", ring_bytes) for way in ("in", "out")]
+            fds = (theirs.fileno(), *(ring.fd for ring in rings), theirs_ready.fileno())
             process = subprocess.Popen(
                 [sys.executable, str(_WORKER_SCRIPT), *map(str, fds)],
                 pass_fds=fds,
@@ -123,12 +135,14 @@ class WorkerProcess:
         except OSError as exc:
             ours.close()
             ours_ready.close()
+            for ring in rings:
+                ring.close()
             raise WorkerFailure(f"could not be started: {exc}") from exc
         finally:
             # Only the worker may hold its ends: then its exit reaches us as EOF.
             theirs.close()
             theirs_ready.close()
-        worker = cls(process, ours)
+        worker = cls(process, ours, *rings)
         worker._readiness = ours_ready
         return worker
 
@@ -154,22 +168,29 @@ class WorkerProcess:
             return False
         return answer == b"1"
 
-    def send(self, message: object, deadline_ns: int) -> None:
+    def send(self, message: tuple[Any, ...], deadline_ns: int) -> None:
         remaining_s = _remaining_s(deadline_ns)
         if remaining_s <= 0:
             raise WorkerFailure("did not take the request in time", timed_out=True)
         self._sock.settimeout(remaining_s)
         try:
-            write_message(self._sock, message)
+            lease = _LEASES.get(message[0], LEASE_NONE)
+            write_message(self._sock, message, self._outgoing, lease)
         except TimeoutError:
             raise WorkerFailure("did not take the request in time", timed_out=True) from None
         except OSError:
             raise self._lost() from None
 
     def receive(self, deadline_ns: int) -> tuple[Any, ...]:
-        data, buffers = read_frame(lambda size: self._read_exact(size, deadline_ns))
         try:
-            message = _ArrayUnpickler(io.BytesIO(data), buffers=buffers).load()
+            data, buffers, entry, _ = read_frame(
+                lambda size: self._read_exact(size, deadline_ns), self._incoming
+            )
+            buffers = copied(self._incoming, buffers, entry)
+        except ValueError as exc:  # a descriptor outside the ring
+            raise WorkerFailure(f"sent a message the server cannot read ({exc})") from exc
+        try:
+            message = Unpickler(data, buffers, _ARRAY_GLOBALS).load()
         except Exception as exc:  # any unpickling failure means the same: an unreadable message
             raise WorkerFailure(f"sent a message the server cannot read ({exc})") from exc
         if not isinstance(message, tuple) or not message:
@@ -217,6 +238,8 @@ class WorkerProcess:
         self._sock.close()
         if self._readiness is not None:
             self._readiness.close()
+        self._outgoing.close()
+        self._incoming.close()
 
     def _read_exact(self, size: int, deadline_ns: int) -> bytearray:
         buffer = bytearray(size)

@@ -1,10 +1,10 @@
-"""The worker process of one python model instance, and the framing both ends of its socket use.
+"""The worker process of one python model instance, and the messages it exchanges.
 
-Run by path (`python _worker.py FD READY_FD`), so it imports nothing from Convoy: model.py sees a
-clean interpreter with Triton's `triton_python_backend_utils` and the version directory on
-sys.path.
-Messages are pickled tuples; arrays travel as out-of-band buffers (no copy into the pickle, and
-they arrive writable, as Triton's inputs are).
+Run by path (`python _worker.py SOCKET_FD IN_FD OUT_FD READY_FD`), so it imports nothing from
+Convoy (`_frames.py`, the framing, is loaded by path too): model.py sees a clean interpreter with
+Triton's `triton_python_backend_utils` and the version directory on sys.path. Messages are
+pickled tuples whose arrays lie in shared memory (`_frames.py`): an execute message's inputs
+reach the model there without a copy, writable, as Triton's inputs are.
 
 Parent -> worker: ("auto_complete", spec), answered ("completed", config) | ("failed", reason),
 after which the worker exits; or ("initialize", spec) once, then ("execute", batch, inputs,
@@ -33,9 +33,7 @@ import itertools
 import json
 import logging
 import os
-import pickle
 import socket
-import struct
 import sys
 import threading
 import time
@@ -47,64 +45,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-_HEADER = struct.Struct("!IQ")  # out-of-band buffer count, pickle length
-_LENGTH = struct.Struct("!Q")  # one buffer's length
 UTILS_MODULE = "triton_python_backend_utils"
 _MODEL_MODULE = "model"
+_FRAMES_MODULE = "convoy_python_frames"
 _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
 
 Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
 
 
-def write_message(sock: socket.socket, message: object) -> None:
-    buffers: list[pickle.PickleBuffer] = []
-    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    raws = [buffer.raw() for buffer in buffers]
-    sock.sendall(
-        _HEADER.pack(len(raws), len(data)) + b"".join(_LENGTH.pack(r.nbytes) for r in raws)
-    )
-    sock.sendall(data)
-    for raw in raws:
-        sock.sendall(raw)
-
-
-def read_frame(read_exact: Callable[[int], bytearray]) -> tuple[bytearray, list[bytearray]]:
-    """One message's pickle and its out-of-band buffers; the caller chooses how to unpickle."""
-    count, size = _HEADER.unpack(read_exact(_HEADER.size))
-    lengths = [_LENGTH.unpack(read_exact(_LENGTH.size))[0] for _ in range(count)]
-    data = read_exact(size)
-    return data, [read_exact(length) for length in lengths]
-
-
 class ContractError(Exception):
     """The model broke the python backend's contract (wrong return value, not a Tensor...)."""
-
-
-class _Channel:
-    """The worker's end; a lock because decoupled models may send from their own threads."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._lock = threading.Lock()
-
-    def send(self, message: object) -> None:
-        with self._lock:
-            write_message(self._sock, message)
-
-    def receive(self) -> Any:
-        data, buffers = read_frame(self._read_exact)
-        return pickle.loads(data, buffers=buffers)
-
-    def _read_exact(self, size: int) -> bytearray:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        got = 0
-        while got < size:
-            count = self._sock.recv_into(view[got:])
-            if count == 0:
-                raise EOFError("the server closed the channel")
-            got += count
-        return buffer
 
 
 class Channel(Protocol):
@@ -120,8 +70,8 @@ class ModelServer:
     """Runs one TritonPythonModel: builds Triton's request objects, converts its responses.
 
     `copy_outputs`: answer copies of the model's output arrays (in the server's process, where
-    nothing else copies them and the model may reuse its buffers); a worker's are copied by the
-    socket."""
+    nothing else copies them and the model may reuse its buffers); a worker's are copied into
+    shared memory as they are sent."""
 
     def __init__(
         self,
@@ -382,18 +332,21 @@ def _setup_logging(model: str, instance: str) -> None:
     logger.propagate = False
 
 
+def _load_sibling(module_name: str, file_name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, Path(__file__).with_name(file_name))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_utils(shared_dir: str | None = None) -> ModuleType:
     """A fresh copy of Convoy's pb_utils, loaded by path (no Convoy import), installed as
         `triton_python_backend_utils` for the model.py imported next: each in-process model has its
         own, so that its `exec` reaches its own instance; `shared_dir` is where its `shared_array`
     keeps the version's arrays."""
-    spec = importlib.util.spec_from_file_location(
-        UTILS_MODULE, Path(__file__).with_name("pb_utils.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[UTILS_MODULE] = module
-    spec.loader.exec_module(module)
+    module = _load_sibling(UTILS_MODULE, "pb_utils.py")
     module._install_shared_dir(shared_dir)  # where its shared_array keeps arrays
     return module
 
@@ -483,8 +436,10 @@ def main(argv: list[str]) -> int:
     # Run as a script, Python put this directory first on sys.path; model.py must not see it.
     own_directory = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != own_directory]
-    channel = _Channel(socket.socket(fileno=int(argv[1])))
-    readiness = socket.socket(fileno=int(argv[2]))
+    frames = _load_sibling(_FRAMES_MODULE, "_frames.py")
+    incoming, outgoing = (frames.Ring(fd, os.fstat(fd).st_size) for fd in map(int, argv[2:4]))
+    channel = frames.WorkerChannel(socket.socket(fileno=int(argv[1])), incoming, outgoing)
+    readiness = socket.socket(fileno=int(argv[4]))
     _watch_parent(os.getppid())
     kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])

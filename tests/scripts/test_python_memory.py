@@ -7,8 +7,7 @@ from scripts import python_memory
 
 def test_both_model_py_forms_compile() -> None:
     for expression in python_memory.WEIGHTS.values():
-        source = python_memory.MODEL_PY.format(count=10, weights=expression)
-        compile(source, "model.py", "exec")
+        compile(python_memory.model_py(10, expression), "model.py", "exec")
 
 
 def test_a_trees_memory_counts_its_own_pages() -> None:
