@@ -5,8 +5,10 @@ config's `model_metrics` (else Triton's defaults), a config with bad buckets ref
 
 from __future__ import annotations
 
+import json
 import queue
 import re
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +98,8 @@ def _les(page: str, family: str, model: str) -> list[str]:
 
 
 def _traffic(grpc_url: str, http_url: str) -> None:
-    """Three unary gRPC and two HTTP requests to `plain`, two streamed ones to `stream`."""
+    """Three unary gRPC and two HTTP requests to `plain`; to `stream`, two over a gRPC stream
+    and one over HTTP's generate_stream."""
     inputs = [np.ones((1, 16), np.float32), np.ones((1, 16), np.float32)]
     with grpcclient.InferenceServerClient(grpc_url) as triton:
         for _ in range(3):
@@ -119,6 +122,12 @@ def _traffic(grpc_url: str, http_url: str) -> None:
                 tensor.set_data_from_numpy(array)
                 tensors.append(tensor)
             http.infer("plain", tensors)
+    request = urllib.request.Request(
+        f"http://{http_url}/v2/models/stream/generate_stream",
+        data=json.dumps({"COUNT": 1}).encode(),
+    )
+    with urllib.request.urlopen(request, timeout=20) as answer:
+        assert b"data: " in answer.read()
 
 
 def test_histograms_have_the_configured_buckets_after_traffic(
@@ -143,7 +152,7 @@ def test_histograms_have_the_configured_buckets_after_traffic(
     # A decoupled model's first response comes before its final flag (0.4 s later).
     stream = {"model": "stream", "version": "1"}
     assert _les(page, FIRST, "stream") == ["250", "1000", "+Inf"]
-    assert metric(page, f"{FIRST}_count", **stream) == 2
+    assert metric(page, f"{FIRST}_count", **stream) == 3
     # The first runs at once, its first response long before the final flag (the second may
     # queue behind it); a stream that ended at its final flag would be in le=1000.
     assert metric(page, f"{FIRST}_bucket", le="250", **stream) >= 1
