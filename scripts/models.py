@@ -182,6 +182,36 @@ class TritonPythonModel:
 """
 
 
+# A Python model that sleeps as long as its batch's largest X (seconds), then answers X as Y: a
+# request that stays in flight as long as a test asks (the drain tests and scripts/drain_check.py).
+SLEEPY_MODEL = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        time.sleep(float(max(np.max(x) for x in xs)))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]) for x in xs]
+"""
+
+
+def write_sleepy(repo: Path, name: str = "sleepy") -> Path:
+    """SLEEPY_MODEL as `name` (X and Y FP32 [1], batches of up to 8, one instance), run in the
+    server's process."""
+    config = (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n"
+        'parameters { key: "convoy_in_process" value: { string_value: "true" } }\n'
+    )
+    return write_python_model(repo, name, SLEEPY_MODEL, config)
+
+
 def write_python_model(repo: Path, name: str, source: str, config_pbtxt: str) -> Path:
     """Write `<repo>/<name>/config.pbtxt` and `<repo>/<name>/1/model.py` (a Python model)."""
     version_dir = repo / name / "1"

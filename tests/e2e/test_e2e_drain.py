@@ -22,7 +22,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import IN_PROCESS, ConvoyServer, StartServer, infer_input, metric, simple_inputs
+from e2e_support import ConvoyServer, StartServer, infer_input, metric, simple_inputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -32,33 +32,12 @@ from scripts.gen_models import write_simple
 SLOW_S = 1.0  # how long a request of `sleepy` in flight at the signal takes
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # one connection per client
 
-# Sleeps as long as its batch's largest X (seconds), then answers X as Y.
-SLEEPY = """
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
-        time.sleep(float(max(np.max(x) for x in xs)))
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]) for x in xs]
-"""
-SLEEPY_CONFIG = (
-    'name: "sleepy"\nbackend: "python"\nmax_batch_size: 8\n'
-    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n" + IN_PROCESS
-)
-
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("drain") / "models"
     write_simple(repo)
-    models.write_python_model(repo, "sleepy", SLEEPY, SLEEPY_CONFIG)
+    models.write_sleepy(repo)
     return repo
 
 
