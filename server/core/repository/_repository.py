@@ -478,16 +478,6 @@ class Repository:
         answers = await asyncio.gather(*(instance.ready() for instance in target.instances))
         return all(answers)
 
-    async def check_ready(self, name: str, version: str = "") -> bool:
-        """What ModelReady answers: `is_ready`, and every instance's own check (a python
-        model's `is_ready()`, asked on each call, all instances at once)."""
-        try:
-            target = self.get(name, version)
-        except (ModelNotFoundError, ModelNotReadyError):
-            return False
-        answers = await asyncio.gather(*(instance.ready() for instance in target.instances))
-        return all(answers)
-
     def index(self) -> list[tuple[str, VersionStatus]]:
         """Every model of the repositories with its state, loaded or not."""
         statuses = {entry.name: entry.statuses for entry in self._models.values()}
