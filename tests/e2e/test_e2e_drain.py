@@ -2,7 +2,8 @@
 is answered; what it does not take is refused in a way that is safe to retry (UNAVAILABLE, or a
 connection refused), never CANCELLED; open gRPC streams get their answers and then end OK; an
 HTTP keep-alive connection closes after its answer; a second signal stops at once, leaving no
-process behind. The 10-run figures are scripts/drain_check.py's."""
+process behind; a restarted server opens its ports only once its models are loaded and warmed.
+The 10-run figures are scripts/drain_check.py's."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from scripts import models
 from scripts.gen_models import write_simple
 
 SLOW_S = 1.0  # how long a request of `sleepy` in flight at the signal takes
+WARMUP_S = 0.5  # one warmup execute
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]  # one connection per client
 
 
@@ -88,9 +90,11 @@ def _refused(port: int) -> bool:
     return False
 
 
-def _sleepy(client: grpcclient.InferenceServerClient, seconds: float) -> np.ndarray:
+def _sleepy(
+    client: grpcclient.InferenceServerClient, seconds: float, model: str = "sleepy"
+) -> np.ndarray:
     x = np.full((1, 1), seconds, dtype=np.float32)
-    result: np.ndarray = client.infer("sleepy", [infer_input("X", x, "FP32")]).as_numpy("Y")
+    result: np.ndarray = client.infer(model, [infer_input("X", x, "FP32")]).as_numpy("Y")
     return result
 
 
@@ -228,3 +232,26 @@ def test_a_second_signal_stops_at_once_leaving_no_process(
     client.close()
     assert "second signal" in server.log()
     assert not any(_alive(pid) for pid in children)
+
+
+def test_a_restarted_server_listens_once_every_model_is_loaded_and_warmed(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """What a balancer needs of a restart: no port open, hence nothing to route to, before
+    the models are ready, warmup included; ready as soon as it listens."""
+    repo = tmp_path / "warmed"
+    model = models.write_sleepy(repo, "warmed")
+    (model / "warmup").mkdir()
+    (model / "warmup" / "x").write_bytes(np.float32(WARMUP_S).tobytes())  # a 0.5 s execute
+    with (model / "config.pbtxt").open("a", encoding="utf-8") as config:
+        config.write(
+            'model_warmup [ { name: "w" batch_size: 1 inputs { key: "X" value: '
+            '{ data_type: TYPE_FP32 dims: [ 1 ] input_data_file: "x" } } } ]\n'
+        )
+    server = start_server(repo)
+    log = server.log()
+    assert log.index("warmup 'w' done") < log.index("serving gRPC on"), log
+    with grpcclient.InferenceServerClient(server.url) as client:
+        assert client.is_server_ready() and client.is_model_ready("warmed")
+        np.testing.assert_array_equal(_sleepy(client, 0.0, "warmed"), [[0.0]])
+    assert server.stop() == 0
