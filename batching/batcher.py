@@ -34,7 +34,7 @@ from batching.messages import (
 )
 from batching.policy import BatchPolicy, Candidate, Decision, QueuePolicy, next_batch
 from batching.queue import Queued, RequestQueue, split_expired
-from batching.target import TargetKeeper
+from batching.target import BatchTimes, TargetKeeper
 
 _log = logging.getLogger(__name__)
 
@@ -68,7 +68,9 @@ class Batcher:
         self._wait_gain_ns = 0
         self._waiting_from: int | None = None  # pending batch size when the current wait began
         # Latency target: what batches are formed with, and the keeper that chooses it.
-        self._target = TargetKeeper(name, policy) if policy.latency_target_ns else None
+        # Every batch's time: a request that cannot finish before its deadline never runs.
+        self._times = BatchTimes()
+        self._target = TargetKeeper(name, policy, self._times) if policy.latency_target_ns else None
         self._forming = policy
 
     async def start(self) -> None:
@@ -145,10 +147,10 @@ class Batcher:
         level = self._policy.level_of(priority)
         queue_policy = self._policy.queue_policies[level - 1]
         expires_ns = request_deadline_ns(queue_policy, now_ns, timeout_ns, deadline_ns)
-        if expires_ns is not None and expires_ns <= now_ns:
+        if expires_ns is not None and expires_ns <= now_ns + self._horizon_ns():
             raise DeadlineExceededError(
-                f"model '{self._name}': the request's deadline had passed when it arrived; "
-                "it was not executed"
+                f"model '{self._name}': the request's deadline had passed when it arrived, or "
+                "would before a batch could finish; it was not executed"
             )
         if self._target is not None:  # raises LatencyTargetError at once when over it
             self._target.admit(now_ns, len(self._queue), bool(self._idle), len(self._executors))
@@ -223,7 +225,8 @@ class Batcher:
             for request in self._queue.expire(now_ns):
                 if not request.future.done():
                     request.future.set_exception(RequestTimeoutError("Request timeout expired"))
-            for request in self._queue.drop_expired(now_ns):
+            horizon_ns = self._horizon_ns()
+            for request in self._queue.drop_expired(now_ns + horizon_ns):
                 _fail(request, self._expired(request, now_ns))
             wait_until_ns = None
             if self._idle and len(self._queue):
@@ -243,13 +246,18 @@ class Batcher:
             elif self._gate is not None and not len(self._queue):
                 for idle in self._idle:
                     self._gate.withdraw(idle)
-            await self._wake.sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns())
+            await self._wake.sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns(horizon_ns))
+
+    def _horizon_ns(self) -> int:
+        """How long the shortest batch takes (mean; 0 before any): a request whose deadline is
+        nearer than that cannot be answered in time."""
+        return int(self._times.predict_ns(1, spread=0.0) or 0)
 
     def _expired(self, request: Queued, now_ns: int) -> DeadlineExceededError:
         waited_ms = (now_ns - request.candidate.enqueue_ns) / 1e6
         return DeadlineExceededError(
-            f"model '{self._name}': the request's deadline passed after {waited_ms:.1f} ms in "
-            "the queue; it was not executed"
+            f"model '{self._name}': the request's deadline passed (or would, before its batch "
+            f"finished) after {waited_ms:.1f} ms in the queue; it was not executed"
         )
 
     def _runnable(self) -> Executor | None:
@@ -285,7 +293,8 @@ class Batcher:
         release: asyncio.Future[None] | None,
     ) -> None:
         start_ns = time.monotonic_ns()
-        batch, expired = split_expired(batch, start_ns)  # waited for an instance, or the gate
+        # It may have waited for an instance or the rate limiter since it was formed.
+        batch, expired = split_expired(batch, start_ns + self._horizon_ns())
         for request in expired:
             _fail(request, self._expired(request, start_ns))
         sizes = [request.candidate.batch_size for request in batch]
@@ -325,10 +334,10 @@ class Batcher:
                 succeeded=True,
             )
             self._report(record)
+            done_ns = time.monotonic_ns()
+            self._times.record(record.batch_size, done_ns - start_ns)
             if self._target is not None:
-                self._forming = self._target.measured(
-                    record.batch_size, start_ns, time.monotonic_ns()
-                )
+                self._forming = self._target.measured(done_ns)
             await _after(previous)
             for request, response in zip(batch, outcome.responses, strict=True):
                 if request.future.done():  # a cancelled caller's result is dropped

@@ -1,8 +1,11 @@
 """`FairLine`: one priority level's waiting requests served by class in turn (fair share).
 
 Each class (a client's header value; "" for requests without one) keeps its own FIFO; the
-classes take turns, a class of weight w taking w requests per turn. Iteration yields exactly the
-order in which `popleft` hands the requests out, so batch selection sees the service order.
+classes take turns, a class of weight w taking w requests per turn. A class that had nothing
+waiting joins ahead of those with a backlog (after the other newcomers), as FQ-CoDel's new flows
+do: a light client's request goes into the next batch instead of a whole round later. Iteration
+yields exactly the order in which `popleft` hands the requests out, so batch selection sees the
+service order.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class FairLine(Generic[Item]):
         self._lines: dict[str, deque[Item]] = {}
         self._turns: deque[str] = deque()  # classes with requests, the one being served first
         self._used = 0  # requests the first class has taken in its current turn
+        self._fresh = 0  # newcomers not yet served, just after the class in its turn (if any)
 
     def _weight(self, share: str) -> int:
         return self._weights.get(share, 1)
@@ -38,7 +42,8 @@ class FairLine(Generic[Item]):
         line = self._lines.get(share)
         if line is None:
             line = self._lines[share] = deque()
-            self._turns.append(share)
+            self._turns.insert((1 if self._used else 0) + self._fresh, share)
+            self._fresh += 1
         line.append(item)
 
     def popleft(self) -> Item:
@@ -47,6 +52,8 @@ class FairLine(Generic[Item]):
         share = self._turns[0]
         line = self._lines[share]
         item = line.popleft()
+        if not self._used and self._fresh:  # a newcomer's turn begins
+            self._fresh -= 1
         self._used += 1
         if not line:
             del self._lines[share]

@@ -119,8 +119,9 @@ class RequestQueue:
                 dropped.append(request)
         return dropped
 
-    def next_deadline_ns(self) -> int | None:
-        """The nearest queue timeout or request deadline still to apply (None: none)."""
+    def next_deadline_ns(self, horizon_ns: int = 0) -> int | None:
+        """The nearest queue timeout, or request deadline less `horizon_ns` (how long before
+        its deadline a request is dropped), still to apply (None: none)."""
         while self._deadlines:
             _, _, request = self._deadlines[0]
             if request.active and not request.delayed:
@@ -128,7 +129,9 @@ class RequestQueue:
             heapq.heappop(self._deadlines)
         while self._expiries and not self._expiries[0][2].active:
             heapq.heappop(self._expiries)
-        due = [heap[0][0] for heap in (self._deadlines, self._expiries) if heap]
+        due = [self._deadlines[0][0]] if self._deadlines else []
+        if self._expiries:
+            due.append(self._expiries[0][0] - horizon_ns)
         return min(due) if due else None
 
     def __iter__(self) -> Iterator[Queued]:

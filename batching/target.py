@@ -33,16 +33,16 @@ class BatchTimes:
         self.deviation_ns[size] += _ALPHA * (abs(elapsed_ns - mean) - self.deviation_ns[size])
         self.mean_ns[size] = mean + _ALPHA * (elapsed_ns - mean)
 
-    def predict_ns(self, size: int) -> float | None:
-        """A high estimate (about p99) of one batch of `size`; None before any measurement.
-        Between measured sizes the time is interpolated; above the largest it grows in
-        proportion to the size, below the smallest it is the smallest's."""
+    def predict_ns(self, size: int, spread: float = _SPREAD) -> float | None:
+        """A high estimate (about p99; `spread` 0: the mean) of one batch of `size`; None
+        before any measurement. Between measured sizes the time is interpolated; above the
+        largest it grows in proportion to the size, below the smallest it is the smallest's."""
         if not self.mean_ns:
             return None
         sizes = sorted(self.mean_ns)
 
         def high(known: int) -> float:
-            return self.mean_ns[known] + _SPREAD * self.deviation_ns[known]
+            return self.mean_ns[known] + spread * self.deviation_ns[known]
 
         if size in self.mean_ns:
             return high(size)
@@ -121,10 +121,10 @@ class TargetKeeper:
     """One batcher's latency target: measures its batches, chooses how batches are formed,
     and refuses at once the requests it cannot answer in time. Event-loop owned."""
 
-    def __init__(self, name: str, policy: BatchPolicy) -> None:
+    def __init__(self, name: str, policy: BatchPolicy, times: BatchTimes) -> None:
         self._name = name
         self._policy = policy
-        self.times = BatchTimes()
+        self.times = times  # the batcher's, which records every batch
         self.chosen = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
         self.forming = policy  # the policy batches are formed with
         self._planned_ns: int | None = None
@@ -154,9 +154,8 @@ class TargetKeeper:
     def finished(self, instance: object) -> None:
         self._running.pop(id(instance), None)
 
-    def measured(self, size: int, start_ns: int, end_ns: int) -> BatchPolicy:
-        """Record a successful batch; the policy to form batches with from now on."""
-        self.times.record(size, end_ns - start_ns)
+    def measured(self, end_ns: int) -> BatchPolicy:
+        """After a batch (its time recorded): the policy to form batches with from now on."""
         if self._planned_ns is None or end_ns - self._planned_ns >= _REPLAN_NS:
             self._planned_ns = end_ns
             self.chosen = plan(self.times, self._policy)

@@ -30,9 +30,23 @@ def test_iteration_follows_the_turn_left_by_earlier_pops() -> None:
         line.append(item)
     assert line.popleft() == "a:1"
     assert list(line) == ["b:1", "a:2", "b:2"]
-    line.append("c:1")  # a new class joins at the end of the round
-    assert list(line) == ["b:1", "a:2", "c:1", "b:2"]
-    assert _drain(line) == ["b:1", "a:2", "c:1", "b:2"]
+    line.append("c:1")  # a newcomer: after b (not served yet either), ahead of a's backlog
+    assert list(line) == ["b:1", "c:1", "a:2", "b:2"]
+    assert _drain(line) == ["b:1", "c:1", "a:2", "b:2"]
+
+
+def test_a_newcomer_goes_ahead_of_a_backlog_but_not_of_a_turn_in_progress() -> None:
+    line = _line({"heavy": 2})
+    for n in range(6):
+        line.append(f"heavy:{n}")
+    assert line.popleft() == "heavy:0"  # heavy's turn of 2 is in progress
+    line.append("light:0")
+    line.append("other:0")
+    assert list(line)[:5] == ["heavy:1", "light:0", "other:0", "heavy:2", "heavy:3"]
+    assert _drain(line)[:4] == ["heavy:1", "light:0", "other:0", "heavy:2"]
+    line.append("light:1")  # light, served and gone, comes back new
+    line.append("heavy:9")
+    assert list(line) == ["light:1", "heavy:9"]
 
 
 def test_a_weighted_class_takes_that_many_per_turn() -> None:

@@ -173,9 +173,9 @@ def test_expired_requests_are_never_executed_whichever_way_their_deadline_came(
     deadline, grpc_timeout, http_timeout = (_error_of(f) for f in futures[:3])
     assert deadline.status() == "StatusCode.DEADLINE_EXCEEDED"
     assert grpc_timeout.status() == "StatusCode.DEADLINE_EXCEEDED"
-    assert "deadline passed" in grpc_timeout.message() and "not executed" in grpc_timeout.message()
+    assert "deadline" in grpc_timeout.message() and "not executed" in grpc_timeout.message()
     assert http_timeout.status() == "503"
-    assert "deadline passed" in http_timeout.message()
+    assert "not executed" in http_timeout.message()
     np.testing.assert_array_equal(futures[3].result(10), _x(5.0))
     runs, inferences = _executions(server, "slow")
     assert (runs - before_runs, inferences - before_inferences) == (2, 2)  # blocker, then 5.0
@@ -189,7 +189,7 @@ def test_an_ensembles_deadline_holds_for_its_steps(server: ConvoyServer) -> None
     )
     error = _error_of(futures[0])
     assert error.status() == "StatusCode.DEADLINE_EXCEEDED"
-    assert "deadline passed" in error.message()
+    assert "not executed" in error.message()
     assert _executions(server, "slow")[0] - before_runs == 1  # only the blocker ran
 
 
