@@ -24,10 +24,12 @@ response's TritonError fails its request alone; outputs must be exactly the decl
 ones safely castable to the config's type, BYTES ones bytes or str. Decoupled models
 (`model_transaction_policy { decoupled: true }`) stream through `execute_decoupled`. A model's
 `InferenceRequest.exec` (business logic scripting) reaches other models through the `ModelCaller`
-the server gives the instance; the instance's thread answers it while the batch runs.
+the server gives the instance; the instance's thread answers it while the batch runs, and a
+decoupled `exec` streams the called model's responses to the model, which may cancel it.
 """
 
-from backends.python._instance import ModelCaller, PythonInstance, ResponseSend
+from backends.python._calls import ModelCaller
+from backends.python._instance import PythonInstance, ResponseSend
 from backends.python._settings import PythonSettings
 from backends.python._shared import SharedArrays
 

@@ -4,18 +4,16 @@ in the server's process when the model asks for it (`LocalWorker`)."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from google.protobuf import json_format
 
 from backends.base import (
@@ -25,11 +23,11 @@ from backends.base import (
     Parameters,
     Response,
     TensorMap,
-    response_parameters,
 )
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.instance_thread import InstanceClosedError, InstanceThread
+from backends.python._calls import ModelCaller, Questions
 from backends.python._config import (
     config_json,
     is_decoupled,
@@ -53,12 +51,8 @@ READY_TIMEOUT_S = 5.0
 # How a decoupled execution hands each response to the event loop: (request index, outputs or
 # the error that fails the request or None for a bare final flag, whether it is the final one).
 ResponseSend = Callable[[int, Response | None, bool], None]
-# How a model's `InferenceRequest.exec` reaches another model: (model, version "" = newest,
-# inputs, output names) -> the outputs; raises with the reason. Runs on the event loop.
-ModelCaller = Callable[
-    [str, str, dict[str, np.ndarray], list[str], dict[str, Any]],
-    Coroutine[Any, Any, dict[str, Any]],
-]
+# The questions a model asks the server while its batch runs (`Questions` answers them).
+_QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +89,7 @@ class PythonInstance:
         self._model = model
         self.shared = shared  # the version's shared arrays, released at close
         self._settings = settings
-        self._caller = caller  # None: `exec` answers with an error response
-        self._loop: asyncio.AbstractEventLoop | None = None  # where the caller runs
+        self._questions = Questions(caller)  # what the model asks while its batch runs
         self._signature = model_signature(config)
         self._outputs = output_specs(config)
         self._output_names = [spec.name for spec in self._outputs]
@@ -223,13 +216,16 @@ class PythonInstance:
         requests: Sequence[TensorMap],
         send: ResponseSend,
         parameters: Sequence[Parameters] = (),
+        cancelled: Callable[[int], bool] | None = None,
     ) -> ExecutionResult:
         """Run a decoupled model's execute; its responses reach `send` on the event loop.
 
         Every request gets exactly one call with final=True: the model's last one, or an error
         when execute fails, the worker dies or the timeout passes (then the worker restarts).
         Errors arrive through `send`, never by raising; `responses` is empty. The coroutine
-        returns once execute returned and every request got its final call.
+        returns once execute returned and every request got its final call. `cancelled(i)`
+        (callable from any thread) says whether request i's caller went away: the model's
+        `request.is_cancelled()`.
         """
         if not self._model.decoupled:
             raise ExecutionError(f"{self._model.where()}: the model is not decoupled; call execute")
@@ -238,7 +234,7 @@ class PythonInstance:
         def emit(index: int, response: Response | None, final: bool) -> None:
             loop.call_soon_threadsafe(send, index, response, final)
 
-        return await self._submit(self._run_decoupled, requests, emit, parameters)
+        return await self._submit(self._run_decoupled, requests, emit, parameters, cancelled)
 
     def close(self) -> None:
         """Run finalize() (bounded by the execute timeout) and end the worker; blocking."""
@@ -257,7 +253,7 @@ class PythonInstance:
             _log.warning("%s: %s", self._model.where(), error)
 
     async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
-        self._loop = asyncio.get_running_loop()
+        self._questions.loop = asyncio.get_running_loop()
         try:
             return await self._executor.run(run, *args)
         except InstanceClosedError as exc:  # close() closes the thread: its refusal says it
@@ -278,6 +274,8 @@ class PythonInstance:
             reply = next(self._answered(worker, batch, deadline_ns))
         except WorkerFailure as failure:
             raise self._recover(worker, failure) from None
+        finally:
+            self._questions.end_batch()
         received_ns = time.monotonic_ns()
         if reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
             responses = [self._response(payload) for payload in reply[2]]
@@ -289,10 +287,15 @@ class PythonInstance:
         return _result(responses, start_ns, sent_ns, execute_ns)
 
     def _run_decoupled(
-        self, requests: Sequence[TensorMap], emit: ResponseSend, parameters: Sequence[Parameters]
+        self,
+        requests: Sequence[TensorMap],
+        emit: ResponseSend,
+        parameters: Sequence[Parameters],
+        cancelled: Callable[[int], bool] | None,
     ) -> ExecutionResult:
         worker = self._running_worker()
         batch = next(self._batches)
+        self._questions.cancelled = cancelled
         start_ns = sent_ns = time.monotonic_ns()
         deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
         finished = [False] * len(requests)
@@ -318,52 +321,36 @@ class PythonInstance:
                     break
         except WorkerFailure as failure:
             _finish(finished, emit, str(self._recover(worker, failure)))
+        finally:
+            self._questions.end_batch()
         return _result([], start_ns, sent_ns, execute_ns)
 
     def _answered(
         self, worker: WorkerProcess | LocalWorker, batch: int, deadline_ns: int
     ) -> Iterator[tuple[Any, ...]]:
-        """The batch's replies; the model's calls to other models are answered on the way."""
+        """The batch's replies; the model's questions (calls to other models, whether a request
+        was cancelled) are answered on the way."""
         for reply in worker.replies(batch, deadline_ns):
-            if reply[0] != "call":
+            if reply[0] not in _QUESTIONS:
                 yield reply
                 continue
-            worker.send(("called", reply[2], self._call(reply, deadline_ns)), deadline_ns)
+            worker.send(self._questions.answer(reply, deadline_ns), deadline_ns)
 
-    def _call(self, reply: tuple[Any, ...], deadline_ns: int) -> Any:
-        """Run one `exec` on the event loop and wait (within the batch's deadline): the outputs,
-        or the reason it failed, for the model's error response."""
-        _, _, _, model, version, inputs, output_names, parameters = reply
-        if self._caller is None or self._loop is None:
-            return "this server does not serve calls to other models from this model"
-        future: concurrent.futures.Future[dict[str, Any]] = asyncio.run_coroutine_threadsafe(
-            self._caller(
-                str(model),
-                "" if int(version) < 0 else str(version),
-                inputs,
-                list(output_names),
-                dict(parameters),
-            ),
-            self._loop,
-        )
+    def _answer_call(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
+        """An in-process model's question, answered on its own thread within the execute
+        timeout."""
         try:
-            outputs = future.result(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise WorkerFailure("did not return in time", timed_out=True) from None
-        except Exception as exc:  # the called model's error, as Triton returns it to the caller
-            return str(exc)
-        parameters = response_parameters(outputs)
-        plain = dict(outputs)
-        return plain if parameters is None else (plain, json.dumps(dict(parameters)))
-
-    def _answer_call(self, call: tuple[Any, ...]) -> Any:
-        """An in-process model's `exec`, answered on its own thread within the execute timeout."""
-        try:
-            return self._call(call, self._deadline_ns(self._settings.execute_timeout_s))
+            return self._questions.answer(
+                question, self._deadline_ns(self._settings.execute_timeout_s)
+            )
         except WorkerFailure:
             timeout_s = self._settings.execute_timeout_s
-            return f"the called model did not answer within {timeout_s:g} s"
+            return (
+                "called",
+                question[2],
+                f"the called model did not answer within {timeout_s:g} s",
+                True,
+            )
 
     def _execute_message(
         self, batch: int, requests: Sequence[TensorMap], parameters: Sequence[Parameters]

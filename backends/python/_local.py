@@ -32,10 +32,10 @@ from backends.python._worker import (
     model_class,
 )
 
-# How the instance answers a model's `exec`: the ("call", ...) message -> the payload a worker's
-# ("called", ...) reply carries (the outputs, with the response parameters, or the reason it
-# failed).
-CallAnswer = Callable[[tuple[Any, ...]], Any]
+# How the instance answers a model's questions (`exec`, a decoupled call's next response or
+# cancel, `is_cancelled`): the question -> the ("called", call, ...) reply a worker would get.
+CallAnswer = Callable[[tuple[Any, ...]], tuple[Any, ...]]
+_QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
 
 # `sys.modules` is the interpreter's: instances load in parallel, and each model.py must import
 # the pb_utils installed for it, so one model.py is imported at a time.
@@ -54,8 +54,8 @@ class _Channel:
 
     def send(self, message: object) -> None:
         assert isinstance(message, tuple)
-        if message[0] == "call":  # the server holds its call lock until it has the reply
-            self._called = ("called", message[2], self._answer_call(message))
+        if message[0] in _QUESTIONS:  # the model holds its call lock until it has the reply
+            self._called = self._answer_call(message)
         else:
             self.sent.put(message)
 
@@ -67,9 +67,10 @@ class _Channel:
 class LocalWorker:
     """One in-process model instance; used by one thread at a time, as a `WorkerProcess`."""
 
-    def __init__(self, server: ModelServer, channel: _Channel) -> None:
+    def __init__(self, server: ModelServer, channel: _Channel, decoupled: bool = False) -> None:
         self._server = server
         self._channel = channel
+        self._decoupled = decoupled  # its execute runs on a thread of its own (see `send`)
         self.checks_readiness = server.checks_readiness  # the model defines `is_ready`
 
     @classmethod
@@ -85,12 +86,21 @@ class LocalWorker:
         except ContractError as exc:
             raise WorkerRefused(str(exc)) from None
         channel = _Channel(answer_call)
-        return cls(ModelServer(channel, utils, model, spec, copy_outputs=True), channel)
+        server = ModelServer(channel, utils, model, spec, copy_outputs=True)
+        return cls(server, channel, spec["decoupled"])
 
     def send(self, message: tuple[Any, ...], deadline_ns: int) -> None:
-        """Run an ("execute", batch, inputs, output names, parameters) message now."""
+        """Run an ("execute", batch, inputs, output names, parameters) message now; a decoupled
+        model's on a thread of its own, so that each response it sends reaches its stream while
+        execute still runs (`replies` relays them), as from a worker."""
         assert message[0] == "execute"
-        self._server.execute(*message[1:])
+        if not self._decoupled:
+            self._server.execute(*message[1:])
+            return
+        name = f"convoy-decoupled-batch-{message[1]}"
+        threading.Thread(
+            target=self._server.execute, args=message[1:], name=name, daemon=True
+        ).start()
 
     def replies(self, batch: int, deadline_ns: int) -> Iterator[tuple[Any, ...]]:
         """What the model sent about `batch`: execute has returned by now, but a decoupled

@@ -15,9 +15,12 @@ then ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("final
 None).
 A payload is a dict of output arrays, a pair (that dict, the response parameters as a JSON
 object string) when the model set any, an error message (str), or None (a bare final flag).
-While execute runs, `InferenceRequest.exec` sends ("call", batch, call, model, version, inputs,
-output_names, parameters) and waits for the parent's ("called", call, payload), whose pair
-carries the called model's response parameters.
+While execute runs, the model's questions go to the parent, which answers each with ("called",
+call, ...): `InferenceRequest.exec` sends ("call", batch, call, model, version, inputs,
+output_names, parameters, decoupled), answered with a payload (whose pair carries the called
+model's response parameters) or, for a decoupled call, True (or the error); then each ("next",
+batch, call) is answered (payload, final) and ("cancel", batch, call) ends the call.
+`request.is_cancelled()` sends ("is_cancelled", batch, call, index), answered with a bool.
 
 A socket of their own (`READY_FD`) carries readiness checks, so that one runs while a batch
 executes: the parent sends one byte, a thread of the worker calls the model's `is_ready()` and
@@ -128,7 +131,9 @@ class ModelServer:
                     requested_output_names=output_names,
                     model_name=self._model_name,
                     model_version=self._version,
-                    response_sender=pb.InferenceResponseSender(self._sender(batch, index)),
+                    response_sender=pb.InferenceResponseSender(
+                        self._sender(batch, index), self._cancel_check(batch, index)
+                    ),
                     parameters=own,
                 )
             )
@@ -185,21 +190,59 @@ class ModelServer:
         inputs: list[Any],
         output_names: list[str],
         parameters: dict[str, Any],
+        decoupled: bool = False,
     ) -> Any:
-        """`InferenceRequest.exec`: the request goes to the server, which runs it on `model`."""
+        """`InferenceRequest.exec`: the request goes to the server, which runs it on `model`;
+        a decoupled call answers a ResponseIterator that asks the server for each response."""
         pb = self._utils
         batch = self._batch
         if batch is None:
             raise pb.TritonModelException("exec() can be called only while execute() runs")
         arrays = {tensor.name(): _wire_array(tensor.as_numpy()) for tensor in inputs}
+        names = list(output_names)
+        call, reply = self._ask(
+            "call", batch, None, model, version, arrays, names, parameters, decoupled
+        )
+        if not decoupled or isinstance(reply[2], str):
+            return self._response(reply[2])
+
+        def take() -> tuple[Any, bool]:
+            answer = self._ask("next", batch, call)[1]
+            return self._response(answer[2]), bool(answer[3])
+
+        def cancel() -> None:
+            self._ask("cancel", batch, call)
+
+        return pb.ResponseIterator(take, cancel)
+
+    def _cancel_check(self, batch: int, index: int) -> Callable[[], bool]:
+        """`request.is_cancelled()` of request `index` of `batch`: the server knows."""
+
+        def cancelled() -> bool:
+            return bool(self._ask("is_cancelled", batch, None, index)[1][2])
+
+        return cancelled
+
+    def _ask(
+        self, kind: str, batch: int, call: int | None, *rest: Any
+    ) -> tuple[int, tuple[Any, ...]]:
+        """Send (kind, batch, call, *rest) to the server and wait for its ("called", call, ...)
+        answer; `call` None: a new call number. One question and its answer at a time."""
         with self._call_lock:
-            call = next(self._calls)
-            message = ("call", batch, call, model, version, arrays, list(output_names), parameters)
-            self._channel.send(message)
+            number = next(self._calls) if call is None else call
+            self._channel.send((kind, batch, number, *rest))
             reply = self._channel.receive()
-        if reply[0] != "called" or reply[1] != call:
-            raise pb.TritonModelException(f"exec(): unexpected reply {reply[0]!r} from the server")
-        payload = reply[2]
+        if reply[0] != "called" or reply[1] != number:
+            raise self._utils.TritonModelException(
+                f"{kind}: unexpected reply {reply[0]!r} from the server"
+            )
+        return number, reply
+
+    def _response(self, payload: Any) -> Any:
+        """A call's payload as the caller's InferenceResponse (None: the final flag alone)."""
+        pb = self._utils
+        if payload is None:
+            return pb.InferenceResponse(output_tensors=[])
         if isinstance(payload, str):
             return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(payload))
         outputs: dict[str, np.ndarray] = payload[0] if isinstance(payload, tuple) else payload

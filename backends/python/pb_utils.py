@@ -30,8 +30,12 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 LOGGER_NAME = "triton_python_backend_utils"
 
 # How `InferenceRequest.exec` reaches the server: installed by the worker (this module is the
-# worker's, one per process, as Triton's is); None where no server is behind it (tests).
-ModelCaller = Callable[[str, int, list["Tensor"], list[str], dict[str, Any]], "InferenceResponse"]
+# worker's, one per process, as Triton's is); None where no server is behind it (tests). The last
+# argument says whether the caller asked for a decoupled call (then a ResponseIterator comes back).
+ModelCaller = Callable[
+    [str, int, list["Tensor"], list[str], dict[str, Any], bool],
+    "InferenceResponse | ResponseIterator",
+]
 _model_caller: ModelCaller | None = None
 
 
@@ -298,11 +302,57 @@ def _response_parameters(parameters: object) -> str:
     return json.dumps(parameters)
 
 
+class ResponseIterator:
+    """The responses of a decoupled BLS call (`exec(decoupled=True)`), in the order the called
+    model sends them; the last one carries the final flag (an empty response when the model sent
+    the flag alone). `cancel()` cancels the call: the called model's `request.is_cancelled()`
+    turns true, and iterating ends with an error response saying so."""
+
+    def __init__(
+        self,
+        take: Callable[[], tuple[InferenceResponse, bool]],
+        cancel: Callable[[], None],
+    ) -> None:
+        self._take = take  # the next response and whether it is the final one
+        self._cancel = cancel
+        self._done = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._done:
+            raise StopIteration
+        response, final = self._take()
+        self._done = final
+        return response
+
+    def __aiter__(self) -> ResponseIterator:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        if self._done:
+            raise StopAsyncIteration
+        response, final = await asyncio.get_running_loop().run_in_executor(None, self._take)
+        self._done = final
+        return response
+
+    def cancel(self) -> None:
+        """Cancel the call (nothing happens once its final response arrived)."""
+        if not self._done:
+            self._cancel()
+
+
 class InferenceResponseSender:
     """Streams responses of one request (decoupled models); nothing may follow the final flag."""
 
-    def __init__(self, on_send: Callable[[InferenceResponse | None, bool], None]) -> None:
+    def __init__(
+        self,
+        on_send: Callable[[InferenceResponse | None, bool], None],
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
         self._on_send = on_send
+        self._cancelled = cancelled  # asks the server whether the request's caller cancelled it
         self._closed = False
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
@@ -329,7 +379,9 @@ class InferenceResponseSender:
         self._closed = final
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the request's caller cancelled it (a client's stream, a BLS caller's
+        `cancel()`); false once the final response was sent."""
+        return not self._closed and self._cancelled is not None and self._cancelled()
 
 
 class InferenceRequest:
@@ -393,16 +445,13 @@ class InferenceRequest:
         return self._response_sender
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the request's caller cancelled it (see InferenceResponseSender)."""
+        return self._response_sender is not None and self._response_sender.is_cancelled()
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
+    def exec(self, decoupled: bool = False) -> Any:
         """Business logic scripting: run this request on another model of the server and wait
-        for its response (an error response when the server refuses or the model fails)."""
-        if decoupled:
-            raise TritonModelException(
-                "exec(decoupled=True) is not supported by Convoy's python backend; call a "
-                "model that is not decoupled"
-            )
+        for its response (an error response when the server refuses or the model fails); with
+        `decoupled`, a ResponseIterator over the responses the model streams."""
         if not self._model_name:
             raise TritonModelException("exec() needs the request's model_name")
         if _model_caller is None:
@@ -413,9 +462,10 @@ class InferenceRequest:
             self._inputs,
             self._requested_output_names,
             json.loads(self._parameters),
+            decoupled,
         )
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+    async def async_exec(self, decoupled: bool = False) -> Any:
         """`exec` without blocking the model's event loop (several may be awaited at once)."""
         return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 

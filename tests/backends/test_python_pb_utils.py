@@ -101,15 +101,62 @@ def test_logger_writes_through_logging(caplog: pytest.LogCaptureFixture) -> None
     assert all(r.filename == "test_python_pb_utils.py" for r in caplog.records)
 
 
-def test_exec_needs_a_model_name_a_server_behind_it_and_is_not_decoupled() -> None:
+def test_exec_needs_a_model_name_and_a_server_behind_it() -> None:
     unnamed = pb_utils.InferenceRequest(inputs=[], requested_output_names=["Y"])
     with pytest.raises(pb_utils.TritonModelException, match="model_name"):
         unnamed.exec()
     named = pb_utils.InferenceRequest(model_name="m", requested_output_names=["Y"])
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled=True"):
-        named.exec(decoupled=True)
-    with pytest.raises(pb_utils.TritonModelException, match="only inside a model served"):
-        named.exec()  # these tests run pb_utils without a worker: no server behind it
+    for decoupled in (False, True):  # these tests run pb_utils without a worker behind it
+        with pytest.raises(pb_utils.TritonModelException, match="only inside a model served"):
+            named.exec(decoupled=decoupled)
+
+
+def test_response_parameters_are_checked_as_triton_checks_them() -> None:
+    shown: dict[str, bool | int | str] = {"bool": True, "int": 1024, "str": "Hello World!"}
+    assert json.loads(pb_utils.InferenceResponse([], parameters=shown).parameters()) == shown
+    assert pb_utils.InferenceResponse([]).parameters() == "{}"
+    refusals = [
+        ([], "Expect parameters to be a dict, got <class 'list'>"),
+        ({1: "int key"}, "Expect parameters keys to have type str, found type <class 'int'>"),
+        (
+            {"float": 0.5},
+            "Expect parameters values to have type bool/int/str, found type <class 'float'>",
+        ),
+        (
+            {"null": None},
+            "Expect parameters values to have type bool/int/str, found type <class 'NoneType'>",
+        ),
+    ]
+    for parameters, message in refusals:
+        with pytest.raises(pb_utils.TritonModelException) as refused:
+            pb_utils.InferenceResponse([], parameters=parameters)  # type: ignore[arg-type]
+        assert refused.value.message() == message
+
+
+def test_a_response_iterator_ends_at_the_final_response_and_cancels_once() -> None:
+    answers = iter(
+        [(pb_utils.InferenceResponse([]), False), (pb_utils.InferenceResponse([]), True)]
+    )
+    cancels: list[int] = []
+    stream = pb_utils.ResponseIterator(lambda: next(answers), lambda: cancels.append(1))
+    assert len(list(stream)) == 2
+    stream.cancel()  # after the final response: nothing to cancel
+    assert cancels == []
+
+
+def test_is_cancelled_asks_until_the_final_response_is_sent() -> None:
+    asked: list[bool] = []
+
+    def cancelled() -> bool:
+        asked.append(True)
+        return True
+
+    sender = pb_utils.InferenceResponseSender(lambda response, final: None, cancelled)
+    request = pb_utils.InferenceRequest(model_name="m", response_sender=sender)
+    assert request.is_cancelled() and sender.is_cancelled()
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert not request.is_cancelled() and len(asked) == 2
+    assert not pb_utils.InferenceRequest(model_name="m").is_cancelled()
 
 
 def test_model_config_completion_adds_and_checks_as_triton() -> None:

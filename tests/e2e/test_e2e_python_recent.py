@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import queue
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,6 +118,68 @@ class TritonPythonModel:
         return responses
 """
 
+# Streams up to 100 responses (parameters {"i": i}), 20 ms apart, until its caller cancels;
+# then writes how many it sent to the file its config names and sends the final flag.
+COUNTER = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.marker = parameters["marker"]["string_value"]
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sent = 0
+            while sent < 100 and not request.is_cancelled():
+                y = pb_utils.Tensor("Y", np.array([float(sent)], dtype=np.float32))
+                sender.send(pb_utils.InferenceResponse([y], parameters={"i": sent}))
+                sent += 1
+                time.sleep(0.02)
+            with open(self.marker, "w") as out:
+                out.write(f"{request.is_cancelled()} {sent}")
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+# Takes two responses of `counter` through a decoupled BLS call, cancels it, and drains the rest.
+BLS_CANCEL = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="counter",
+                inputs=[pb_utils.get_input_tensor_by_name(request, "X")],
+                requested_output_names=["Y"],
+            )
+            stream = call.exec(decoupled=True)
+            first = [next(stream), next(stream)]
+            stream.cancel()
+            rest = list(stream)
+            shown = {
+                "values": [float(r.output_tensors()[0].as_numpy()[0]) for r in first],
+                "parameters": [json.loads(r.parameters()) for r in first],
+                "rest": len(rest),
+                "ended_with": rest[-1].error().message() if rest and rest[-1].has_error() else "",
+            }
+            out = pb_utils.Tensor("SHOWN", np.array([[json.dumps(shown)]], dtype=np.object_))
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
 IDENTITY_IO = (
     'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
     'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
@@ -154,6 +217,23 @@ def _repository(tmp_path: Path) -> Path:
         "bls_parameters",
         BLS_PARAMETERS,
         'name: "bls_parameters"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "SHOWN" data_type: TYPE_STRING dims: [ 1, 1 ] } ]\n',
+    )
+    models.write_python_model(
+        repo,
+        "counter",
+        COUNTER,
+        'name: "counter"\nbackend: "python"\nmax_batch_size: 0\n'
+        + IDENTITY_IO
+        + "model_transaction_policy { decoupled: true }\n"
+        + _string("marker", str(tmp_path / "counter.marker")),
+    )
+    models.write_python_model(
+        repo,
+        "bls_cancel",
+        BLS_CANCEL,
+        'name: "bls_cancel"\nbackend: "python"\nmax_batch_size: 0\n'
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
         'output [ { name: "SHOWN" data_type: TYPE_STRING dims: [ 1, 1 ] } ]\n',
     )
@@ -272,3 +352,22 @@ def test_a_bls_response_shows_the_called_models_parameters(server: ConvoyServer)
         assert result.get_response().parameters["from"].string_param == "caller"
     expected = {"bool": True, "str": "Hello World!", "int": 1024, "n": 5}
     assert shown == [expected, expected]
+
+
+def test_a_decoupled_bls_call_is_cancelled_and_the_called_model_sees_it(
+    server: ConvoyServer, flags: Path
+) -> None:
+    x = np.array([1.0], np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer("bls_cancel", [infer_input("X", x, "FP32")])
+    shown = json.loads(result.as_numpy("SHOWN")[0, 0])
+    assert shown["values"] == [0.0, 1.0]
+    assert shown["parameters"] == [{"i": 0}, {"i": 1}]
+    # After cancel() the stream ends with an error response saying so.
+    assert shown["rest"] >= 1 and "cancelled" in shown["ended_with"]
+    marker = flags / "counter.marker"
+    deadline_s = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline_s:
+        time.sleep(0.05)
+    observed, sent = marker.read_text().split()
+    assert observed == "True" and 2 <= int(sent) < 100  # it stopped, seeing is_cancelled()

@@ -86,16 +86,23 @@ class DecoupledRouter:
 
     def take(
         self, parameters: Sequence[Parameters]
-    ) -> tuple[list[asyncio.Queue[Streamed] | None], list[Parameters]]:
-        """The batch's sinks, by the tokens in its requests' parameters, and the parameters
-        without the tokens (what the model sees)."""
+    ) -> tuple[list[asyncio.Queue[Streamed] | None], list[Parameters], list[int | None]]:
+        """The batch's sinks, by the tokens in its requests' parameters, the parameters without
+        the tokens (what the model sees), and the tokens."""
         sinks = []
         own: list[Parameters] = []
+        tokens: list[int | None] = []
         for values in parameters:
             token = values.get(_TOKEN)
+            tokens.append(token if isinstance(token, int) else None)
             sinks.append(self._sinks.get(token) if isinstance(token, int) else None)
             own.append({key: value for key, value in values.items() if key != _TOKEN})
-        return sinks, own
+        return sinks, own, tokens
+
+    def streaming(self, token: int | None) -> bool:
+        """Whether the request of `token` still has its stream's consumer (it goes away when
+        the client or a BLS caller cancels); read from the instance's thread too."""
+        return token is not None and token in self._sinks
 
 
 class DecoupledExecutor:
@@ -117,7 +124,11 @@ class DecoupledExecutor:
     ) -> ExecutionResult:
         # Responses go to their streams in host memory, whatever `device_outputs` says. Every
         # request carries its token, so `parameters` holds one entry per request.
-        sinks, own = self._router.take(parameters)
+        sinks, own, tokens = self._router.take(parameters)
+        router = self._router
+
+        def cancelled(index: int) -> bool:  # a request's `is_cancelled()`
+            return not router.streaming(tokens[index])
 
         def send(index: int, response: Response | None, final: bool) -> None:
             sink = sinks[index]
@@ -128,7 +139,7 @@ class DecoupledExecutor:
             else:
                 sink.put_nowait(Streamed(response, None, final))
 
-        result = await self._instance.execute_decoupled(requests, send, own)
+        result = await self._instance.execute_decoupled(requests, send, own, cancelled)
         # Each request's answer went to its stream; the batcher only needs one entry per request.
         empty: list[Response] = [{} for _ in requests]
         return ExecutionResult(

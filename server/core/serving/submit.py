@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -110,8 +110,14 @@ async def infer_on(
     options: InferOptions,
 ) -> RequestResult:
     """Check a request built in the server as a client's would be, then submit it."""
+    checked, batch_size = check_request(target.io, _inputs(target, arrays), outputs)
+    return await submit(target, checked, batch_size, options)
+
+
+def _inputs(target: Servable, arrays: Mapping[str, npt.NDArray[Any]]) -> list[InferInput]:
+    """Arrays built in the server as the inputs a client would send."""
     specs = target.io.inputs
-    inputs = [
+    return [
         InferInput(
             name,
             wire_of(array.dtype, specs[name].datatype if name in specs else None),
@@ -120,8 +126,6 @@ async def infer_on(
         )
         for name, array in arrays.items()
     ]
-    checked, batch_size = check_request(target.io, inputs, outputs)
-    return await submit(target, checked, batch_size, options)
 
 
 def model_caller(resolve: Callable[[str, str], Servable]) -> ModelCaller:
@@ -129,8 +133,17 @@ def model_caller(resolve: Callable[[str, str], Servable]) -> ModelCaller:
     (`resolve` finds its ready version), checked and counted as a client's; the requested
     outputs (all when none are named) come back in host memory, with the response parameters
     the called model set."""
+    return _ModelCaller(resolve)
 
-    async def call(
+
+class _ModelCaller:
+    """`model_caller`'s answer: one response (`__call__`) or a decoupled model's stream."""
+
+    def __init__(self, resolve: Callable[[str, str], Servable]) -> None:
+        self._resolve = resolve
+
+    async def __call__(
+        self,
         model: str,
         version: str,
         inputs: dict[str, np.ndarray],
@@ -138,13 +151,45 @@ def model_caller(resolve: Callable[[str, str], Servable]) -> ModelCaller:
         parameters: dict[str, Any],
     ) -> dict[str, Any]:
         options = InferOptions(parameters=model_parameters(parameters.items()))
-        result = await infer_on(resolve(model, version), inputs, outputs, options)
-        arrays = {
-            name: on_host(array)
-            for name, array in result.outputs.items()
-            if not outputs or name in outputs
-        }
-        answered = response_parameters(result.outputs)
-        return arrays if answered is None else Outputs(arrays, answered)
+        result = await infer_on(self._resolve(model, version), inputs, outputs, options)
+        return _picked(result.outputs, outputs)
 
-    return call
+    async def stream(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        parameters: dict[str, Any],
+    ) -> AsyncIterator[tuple[dict[str, Any] | None, str | None, bool]]:
+        """Each response of the request, as a decoupled model sends it (a model that is not
+        decoupled sends one, final); cancelling the consumer cancels the request."""
+        target = self._resolve(model, version)
+        options = InferOptions(parameters=model_parameters(parameters.items()))
+        if target.router is None:
+            result = await infer_on(target, inputs, outputs, options)
+            yield _picked(result.outputs, outputs), None, True
+            return
+        checked, batch_size = check_request(target.io, _inputs(target, inputs), outputs)
+        async for item in target.router.stream(target, checked, batch_size, options):
+            if item.error is not None:
+                yield None, str(item.error), item.final
+            elif item.outputs is None:
+                yield None, None, item.final
+            else:
+                produced: Mapping[str, Any] = item.outputs
+                if target.reshape is not None:
+                    answered = response_parameters(produced)
+                    produced = target.reshape.to_config(produced)
+                    produced = produced if answered is None else Outputs(produced, answered)
+                yield _picked(produced, outputs), None, item.final
+
+
+def _picked(produced: Mapping[str, Any], outputs: list[str]) -> dict[str, Any]:
+    """The requested outputs (all when none are named) in host memory, with the response's
+    parameters."""
+    arrays = {
+        name: on_host(array) for name, array in produced.items() if not outputs or name in outputs
+    }
+    answered = response_parameters(produced)
+    return arrays if answered is None else Outputs(arrays, answered)

@@ -1,0 +1,168 @@
+"""`Questions`: what a python model asks the server while its batch runs, answered on the way.
+
+`exec` runs a request on another model (on the event loop, through the `ModelCaller`) and
+answers its outputs; a decoupled `exec` opens a `CallStream` instead, whose responses the model
+pulls one by one ("next") and may cancel ("cancel"): cancelling ends the called request's
+stream, so the called model's `request.is_cancelled()` turns true. `is_cancelled` answers
+whether a request of the running batch was cancelled by its caller. Each answer is the worker's
+("called", call, ...) reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import queue
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Protocol
+
+import numpy as np
+
+from backends.base import response_parameters
+from backends.python._process import WorkerFailure
+
+# One response of a called model's stream: (outputs or None, the error message or None, final).
+Streamed = tuple[dict[str, Any] | None, str | None, bool]
+_CANCELLED = "the request was cancelled by its caller"
+
+
+class ModelCaller(Protocol):
+    """How a model's `InferenceRequest.exec` reaches another model: (model, version "" =
+    newest, inputs, output names, parameters). Both run on the event loop."""
+
+    def __call__(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        parameters: dict[str, Any],
+    ) -> Coroutine[Any, Any, dict[str, Any]]:
+        """The outputs of the model's one response; raises with the reason it failed."""
+        ...
+
+    def stream(
+        self,
+        model: str,
+        version: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        parameters: dict[str, Any],
+    ) -> AsyncIterator[Streamed]:
+        """Each response as the model sends it, the last one final; raises with the reason
+        the request could not run."""
+        ...
+
+
+def payload_of(outputs: dict[str, Any]) -> Any:
+    """Outputs as a worker's payload: the arrays, paired with the response parameters (a JSON
+    object string) when the called model set any."""
+    parameters = response_parameters(outputs)
+    plain = dict(outputs)
+    return plain if parameters is None else (plain, json.dumps(dict(parameters)))
+
+
+class CallStream:
+    """One decoupled `exec`: a task on the event loop takes the called model's responses and
+    queues them for the thread that answers the model's "next"."""
+
+    def __init__(self, source: AsyncIterator[Streamed], loop: asyncio.AbstractEventLoop) -> None:
+        self._items: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        self._task = asyncio.run_coroutine_threadsafe(self._pump(source), loop)
+
+    async def _pump(self, source: AsyncIterator[Streamed]) -> None:
+        try:
+            async for outputs, error, final in source:
+                self._items.put((error if outputs is None else payload_of(outputs), final))
+                if final:
+                    return
+            self._items.put(("the called model ended its stream without a final response", True))
+        except asyncio.CancelledError:
+            self._items.put((_CANCELLED, True))
+            raise
+        except Exception as exc:  # the request could not run (queue full, model not ready ...)
+            self._items.put((str(exc), True))
+
+    def next(self, deadline_ns: int) -> tuple[Any, bool]:
+        """The next response's payload and whether it is the final one."""
+        try:
+            return self._items.get(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
+        except queue.Empty:
+            raise WorkerFailure("did not return in time", timed_out=True) from None
+
+    def cancel(self) -> None:
+        """End the called request (its stream's consumer goes away); thread-safe."""
+        self._task.cancel()
+
+
+class Questions:
+    """Answers one instance's model; used by the thread that runs its batch (and, in process,
+    by the model's own threads), one question at a time."""
+
+    def __init__(self, caller: ModelCaller | None) -> None:
+        self._caller = caller  # None: `exec` answers with an error response
+        self.loop: asyncio.AbstractEventLoop | None = None  # where the caller runs
+        # Whether request i of the running batch was cancelled by its caller (None: unknown).
+        self.cancelled: Callable[[int], bool] | None = None
+        self._streams: dict[int, CallStream] = {}  # the running batch's open streams, by call
+
+    def answer(self, question: tuple[Any, ...], deadline_ns: int) -> tuple[Any, ...]:
+        """The reply to ("call" | "next" | "cancel" | "is_cancelled", batch, call, ...); raises
+        WorkerFailure when the deadline passes first."""
+        kind, _, call = question[:3]
+        if kind == "call":
+            if question[8]:
+                return ("called", call, self._open(call, question))
+            return ("called", call, self._call(question, deadline_ns))
+        if kind == "next":
+            stream = self._streams.get(call)
+            if stream is None:
+                return ("called", call, "the call's stream has ended", True)
+            payload, final = stream.next(deadline_ns)
+            if final:
+                del self._streams[call]
+            return ("called", call, payload, final)
+        if kind == "cancel":  # what the stream still yields ends with an error saying so
+            stream = self._streams.get(call)
+            if stream is not None:
+                stream.cancel()
+            return ("called", call, None)
+        cancelled = self.cancelled
+        return ("called", call, cancelled is not None and cancelled(int(question[3])))
+
+    def end_batch(self) -> None:
+        """Cancel the streams the batch left open (their callers are gone)."""
+        for stream in self._streams.values():
+            stream.cancel()
+        self._streams.clear()
+        self.cancelled = None
+
+    def _arguments(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
+        _, _, _, model, version, inputs, output_names, parameters = question[:8]
+        version_text = "" if int(version) < 0 else str(version)
+        return str(model), version_text, inputs, list(output_names), dict(parameters)
+
+    def _open(self, call: int, question: tuple[Any, ...]) -> Any:
+        if self._caller is None or self.loop is None:
+            return "this server does not serve calls to other models from this model"
+        self._streams[call] = CallStream(self._caller.stream(*self._arguments(question)), self.loop)
+        return True  # opened: the model pulls its responses
+
+    def _call(self, question: tuple[Any, ...], deadline_ns: int) -> Any:
+        """Run one `exec` on the event loop and wait (within the batch's deadline): the outputs,
+        or the reason it failed, for the model's error response."""
+        if self._caller is None or self.loop is None:
+            return "this server does not serve calls to other models from this model"
+        future: concurrent.futures.Future[dict[str, Any]] = asyncio.run_coroutine_threadsafe(
+            self._caller(*self._arguments(question)), self.loop
+        )
+        try:
+            outputs = future.result(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise WorkerFailure("did not return in time", timed_out=True) from None
+        except Exception as exc:  # the called model's error, as Triton returns it to the caller
+            return str(exc)
+        return payload_of(outputs)
