@@ -17,6 +17,7 @@ run against a fresh server on this machine.
               cold start (load) time, and 32 requests racing the reload
 
 Usage: python scripts/latency_bench.py [target|deadlines|fair|keep-alive ...] [--seconds 6]
+       [--target-ms 50]
 """
 
 from __future__ import annotations
@@ -164,14 +165,17 @@ def grpc_resnet(client: grpcaio.InferenceServerClient, model: str) -> Call:
 # -- target ------------------------------------------------------------------------------------
 
 
-def bench_target(scratch: Path, seconds: float) -> None:
+def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None:
     repository = scratch / "target"
     fixed = write_resnet18(repository)
     config = (fixed / "config.pbtxt").read_text()
     targeted = repository / "resnet18_target"
     targeted.mkdir()
     (targeted / "1").symlink_to(fixed / "1", target_is_directory=True)
-    parameter = 'parameters { key: "convoy_latency_target_ms" value: { string_value: "50" } }\n'
+    parameter = (
+        'parameters { key: "convoy_latency_target_ms" '
+        f'value: {{ string_value: "{target_ms:g}" }} }}\n'
+    )
     (targeted / "config.pbtxt").write_text(
         config.replace('name: "resnet18"', 'name: "resnet18_target"') + parameter
     )
@@ -185,7 +189,7 @@ def bench_target(scratch: Path, seconds: float) -> None:
             saturated = await closed_loop(grpc_resnet(client, "resnet18_target"), 16, seconds)
             print(f"capacity (fixed delay, 16 in flight): {capacity:.1f} infer/s")
             print(
-                f"saturation with the 50 ms target: {saturated:.1f} infer/s answered "
+                f"saturation with the {target_ms:g} ms target: {saturated:.1f} infer/s answered "
                 f"({saturated / capacity:.2f} of the fixed config's)"
             )
             for share in (0.4, 0.6, 0.8):
@@ -438,15 +442,11 @@ async def _heavy(url: str, model: str, rate: float, seconds: float) -> None:
     print(f"p99 {p99_ms(tally.ok):7.1f} ms over {len(tally.ok)} answers")
 
 
-def _keep_alive(scratch: Path, seconds: float) -> None:
-    bench_keep_alive(scratch)
-
-
-BENCHES: dict[str, Callable[[Path, float], None]] = {
-    "target": bench_target,
-    "deadlines": bench_deadlines,
-    "fair": bench_fair,
-    "keep-alive": _keep_alive,
+BENCHES: dict[str, Callable[[Path, argparse.Namespace], None]] = {
+    "target": lambda scratch, args: bench_target(scratch, args.seconds, args.target_ms),
+    "deadlines": lambda scratch, args: bench_deadlines(scratch, args.seconds),
+    "fair": lambda scratch, args: bench_fair(scratch, args.seconds),
+    "keep-alive": lambda scratch, args: bench_keep_alive(scratch),
 }
 
 
@@ -454,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("benches", nargs="*", help=f"any of {', '.join(BENCHES)} (default: all)")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each window")
+    parser.add_argument("--target-ms", type=float, default=50.0, help="the target bench's target")
     parser.add_argument("--heavy", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.heavy:
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.benches or list(BENCHES):
         print(f"== {name}", flush=True)
         with tempfile.TemporaryDirectory() as scratch:
-            BENCHES[name](Path(scratch), args.seconds)
+            BENCHES[name](Path(scratch), args)
     return 0
 
 

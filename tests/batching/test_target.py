@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from batching import Batcher, BatchPolicy, LatencyTargetError, Parameters, PolicyError, TensorMap
-from batching.target import BatchTimes, Load, TargetPlan, plan, predicted_ns, refusal
+from batching.target import (
+    BatchTimes,
+    Load,
+    TargetKeeper,
+    TargetPlan,
+    plan,
+    predicted_ns,
+    refusal,
+)
 from server.core.repository import parse_config
 
 MS = 1_000_000
@@ -135,3 +143,11 @@ async def test_a_batcher_over_its_target_refuses_at_once_and_serves_what_it_acce
     assert len(refused) + len(served) == 8
     assert 2 <= len(served) <= 4, "8 x 30 ms is past 100 ms: the queue holds only a few"
     await batcher.stop(1.0)
+
+
+def test_a_request_that_would_run_at_once_is_never_refused() -> None:
+    keeper = TargetKeeper("m", policy("50"), times(b1=80))  # one batch alone misses the target
+    keeper.chosen = TargetPlan(1, 0)
+    keeper.admit(0, queued=0, idle=True, instances=1)  # runs now: taken, and measured again
+    with pytest.raises(LatencyTargetError, match="latency target of 50 ms"):
+        keeper.admit(0, queued=1, idle=True, instances=1)
