@@ -5,6 +5,7 @@ idle model unloads; a burst of requests loads it once, and every one is answered
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -180,6 +181,36 @@ def test_expired_requests_are_never_executed_whichever_way_their_deadline_came(
     runs, inferences = _executions(server, "slow")
     assert (runs - before_runs, inferences - before_inferences) == (2, 2)  # blocker, then 5.0
     assert _expired(server, "slow") - before_expired == 3
+
+
+def _stream(server: ConvoyServer, value: float, **kwargs: Any) -> np.ndarray:
+    """One request over a ModelStreamInfer stream; its error (in-band) raised."""
+    answers: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.start_stream(lambda result, error: answers.put(error or result))
+        tensor = grpcclient.InferInput("X", [1, 1], "FP32")
+        tensor.set_data_from_numpy(_x(value))
+        client.async_stream_infer("slow", [tensor], **kwargs)
+        answer = answers.get(timeout=10)
+        client.stop_stream()
+    if isinstance(answer, InferenceServerException):
+        raise answer
+    return answer.as_numpy("Y")  # type: ignore[no-any-return]
+
+
+def test_a_stream_requests_deadline_is_honoured_in_the_queue(server: ConvoyServer) -> None:
+    before_runs, _ = _executions(server, "slow")
+    futures = _behind_a_running_batch(
+        server,
+        [
+            lambda: _stream(server, 2.0, timeout=DEADLINE_US),
+            lambda: _stream(server, 3.0, timeout=5_000_000),
+        ],
+    )
+    error = _error_of(futures[0])
+    assert "deadline" in error.message() and "not executed" in error.message()
+    np.testing.assert_array_equal(futures[1].result(10), _x(3.0))
+    assert _executions(server, "slow")[0] - before_runs == 2  # the blocker, then 3.0
 
 
 def test_an_ensembles_deadline_holds_for_its_steps(server: ConvoyServer) -> None:
