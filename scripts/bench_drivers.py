@@ -146,14 +146,17 @@ def perf_analyzer_command(
     *,
     shared_memory: bool = False,
     trials: int = TRIALS,
+    input_data: Path | None = None,
 ) -> list[str]:
-    """perf_analyzer's command line for one closed-loop measurement, batch 1 per request."""
+    """perf_analyzer's command line for one closed-loop measurement, batch 1 per request;
+    `input_data`: a JSON file of the requests' data (perf_analyzer's own data otherwise)."""
     return [
         str(PERF_ANALYZER),
         *("-m", model, "-u", url, "-f", str(csv_path), "-b", "1"),
         *("-i", "http" if front_end == "http" else "grpc"),
         *(["--streaming"] if front_end == "stream" else []),
         *(["--shared-memory=system"] if shared_memory else []),
+        *([f"--input-data={input_data}"] if input_data else []),
         f"--concurrency-range={concurrency}:{concurrency}",
         f"--measurement-interval={window_ms}",
         # `trials` windows, always accepted: the same work for every system on a shared machine.
@@ -170,13 +173,21 @@ def run_perf_analyzer(
     front_end: str,
     meter: CpuMeter | None = None,
     shared_memory: bool = False,
+    input_data: Path | None = None,
 ) -> Run:
     """One closed-loop measurement, batch 1 per request, as issue 13 ran every gRPC system;
     `front_end` is grpc (unary), stream (gRPC streaming) or http (binary tensors). With
     `shared_memory`, inputs and outputs travel through system shared memory regions that
     perf_analyzer registers, and requests carry only their location."""
     command = perf_analyzer_command(
-        url, model, concurrency, window_ms, csv_path, front_end, shared_memory=shared_memory
+        url,
+        model,
+        concurrency,
+        window_ms,
+        csv_path,
+        front_end,
+        shared_memory=shared_memory,
+        input_data=input_data,
     )
     timeout_s = 60 + 3 * TRIALS * window_ms / 1000
     what = f"{model} {front_end}{' shm' if shared_memory else ''} @{concurrency}"

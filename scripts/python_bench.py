@@ -69,7 +69,7 @@ def _framework(one_thread: bool) -> str:
     return "onnxruntime-one-thread" if one_thread else "onnxruntime"
 
 
-def _mean(runs: Sequence[Run]) -> tuple[float, float, float] | None:
+def mean_of(runs: Sequence[Run]) -> tuple[float, float, float] | None:
     """infer/s, p50 us and CPU us per request, averaged over the runs that measured."""
     measured = [(r.measured, r.server_cpu) for r in runs if r.measured is not None]
     if not measured:
@@ -80,13 +80,14 @@ def _mean(runs: Sequence[Run]) -> tuple[float, float, float] | None:
     return rate, p50_us, cpu_us
 
 
-def _measure(
+def measure(
     where: dict[str, tuple[int, tuple[int, ...], str]],
     names: Sequence[str],
     front_end: str,
     c: int,
     window_ms: int,
     scratch: Path,
+    input_data: Path | None = None,
 ) -> Means:
     """Each system at concurrency `c`, in the order A B C D D C B A; each one's mean."""
     runs: dict[str, list[Run]] = {name: [] for name in names}
@@ -97,8 +98,11 @@ def _measure(
         csv_path.unlink(missing_ok=True)
         url = f"127.0.0.1:{port}"
         meter = CpuMeter(server_pid)
-        runs[name].append(run_perf_analyzer(url, model, c, window_ms, csv_path, front_end, meter))
-    return {name: _mean(runs[name]) for name in names}
+        run = run_perf_analyzer(
+            url, model, c, window_ms, csv_path, front_end, meter, input_data=input_data
+        )
+        runs[name].append(run)
+    return {name: mean_of(runs[name]) for name in names}
 
 
 def _triton_repository(root: Path, onnx_path: Path, one_thread: bool) -> Path:
@@ -135,9 +139,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     if args.triton:  # a fresh one per front end: 2.51 here crashes now and then
                         where[TRITON] = _start_triton(triton, args, scratch, front_end)
                     for c in args.concurrency:
-                        means = _measure(where, names, front_end, c, args.window_ms, scratch)
+                        means = measure(where, names, front_end, c, args.window_ms, scratch)
                         rows.append((front_end, c, means))
-                        print(_line(front_end, c, means), flush=True)
+                        print(line(front_end, c, means), flush=True)
     _print_table(names, rows)
 
 
@@ -178,7 +182,7 @@ def _print_table(names: Sequence[str], rows: Sequence[Row]) -> None:
             )
 
 
-def _line(front_end: str, c: int, means: Means) -> str:
+def line(front_end: str, c: int, means: Means) -> str:
     parts = []
     for name, mean in means.items():
         parts.append(f"{name} " + ("-" if mean is None else f"{mean[0]:,.0f}/s {mean[2]:,.0f} us"))
