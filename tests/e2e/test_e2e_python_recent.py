@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from e2e_support import PYTHON_MODES, ConvoyServer, infer_input, place_python_models
+from e2e_support import PYTHON_MODES, ConvoyServer, StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -320,6 +320,31 @@ def test_response_parameters_reach_the_client_on_both_protocols(server: ConvoySe
             "Expect parameters values to have type bool/int/str, found type <class 'float'>"
             in refused.value.message()
         )
+    with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http_client:
+        http_input = httpclient.InferInput("X", [1], "FP32")
+        http_input.set_data_from_numpy(x)
+        assert http_client.infer("parameters", [http_input]).get_response()["parameters"] == (
+            expected
+        )
+
+
+def test_response_parameters_cross_front_end_workers(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    repo = tmp_path / "repo"
+    models.write_python_model(
+        repo,
+        "parameters",
+        PARAMETERS,
+        'name: "parameters"\nbackend: "python"\nmax_batch_size: 0\n' + IDENTITY_IO,
+    )
+    server = start_server(repo, "--frontend-workers", "2")
+    x = np.array([3.0], np.float32)
+    expected = {"bool": True, "str": "Hello World!", "int": 1024, "n": 3}
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        answer = triton.infer("parameters", [infer_input("X", x, "FP32")]).get_response()
+        assert answer.parameters["n"].int64_param == 3
+        assert answer.parameters["str"].string_param == "Hello World!"
     with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http_client:
         http_input = httpclient.InferInput("X", [1], "FP32")
         http_input.set_data_from_numpy(x)
