@@ -1,6 +1,6 @@
 """Convoy's admission families: per model version, the requests the scheduler did not run for
 the caller's sake (dropped at their deadline, refused to keep the latency target). Triton's
-nv_inference_request_failure counts both under REJECTED as well."""
+nv_inference_request_failure counts them as well, under its own reasons."""
 
 from __future__ import annotations
 

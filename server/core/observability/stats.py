@@ -56,7 +56,7 @@ class ModelStats:
     cache_miss: Duration = field(default_factory=Duration)  # misses: lookup and insertion time
     batches: dict[int, BatchDurations] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # by Triton's reason label
-    # Convoy's, apart from Triton's REJECTED that also counts them: requests that reached
+    # Convoy's, apart from Triton's failure reasons that also count them: requests that reached
     # their deadline unexecuted, and requests refused on arrival to keep the latency target.
     deadline_exceeded: int = 0
     target_refused: int = 0

@@ -63,8 +63,13 @@ async def submit(
         target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
         raise
     except DeadlineExceededError:
+        # Under Triton's reason: a request its gRPC deadline ended is CANCELED there, one its
+        # `timeout` parameter ended is REJECTED (a queue timeout).
         target.stats.deadline_exceeded += 1
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
+        deadline_ns, timeout_ns = options.deadline_ns, options.timeout_us * 1000
+        by_caller = deadline_ns and (not timeout_ns or deadline_ns <= start_ns + timeout_ns)
+        reason = "CANCELED" if by_caller else "REJECTED"
+        target.stats.record_failure(time.monotonic_ns() - start_ns, reason)
         raise
     except LatencyTargetError:
         target.stats.target_refused += 1
