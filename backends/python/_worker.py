@@ -73,8 +73,9 @@ class ModelServer:
     """Runs one TritonPythonModel: builds Triton's request objects, converts its responses.
 
     `copy_outputs`: answer copies of the model's output arrays (in the server's process, where
-    nothing else copies them and the model may reuse its buffers); a worker's are copied into
-    shared memory as they are sent."""
+    nothing else copies them and the model may reuse its buffers, and where any thread's
+    question to the server is answered on the spot); a worker's are copied into shared memory as
+    they are sent, and its model asks the server only while execute runs."""
 
     def __init__(
         self,
@@ -148,7 +149,8 @@ class ModelServer:
             self._channel.send(("failed", batch, f"execute raised {_describe(exc)}"))
             return
         finally:
-            self._batch = None
+            with self._call_lock:  # a question of another thread gets its answer first
+                self._batch = None
         execute_ns = time.monotonic_ns() - start_ns
         try:
             payloads = self._returned(returned, len(requests))
@@ -219,7 +221,10 @@ class ModelServer:
         """`request.is_cancelled()` of request `index` of `batch`: the server knows."""
 
         def cancelled() -> bool:
-            return bool(self._ask("is_cancelled", batch, None, index)[1][2])
+            try:
+                return bool(self._ask("is_cancelled", batch, None, index)[1][2])
+            except self._utils.TritonModelException:  # asked after execute returned: unknown
+                return False
 
         return cancelled
 
@@ -229,6 +234,12 @@ class ModelServer:
         """Send (kind, batch, call, *rest) to the server and wait for its ("called", call, ...)
         answer; `call` None: a new call number. One question and its answer at a time."""
         with self._call_lock:
+            if batch != self._batch and not self._copy_outputs:
+                # In a worker the main thread reads the channel again once execute returned: an
+                # answer could go to it. In process every question is answered on the spot.
+                raise self._utils.TritonModelException(
+                    f"{kind}: a model in a worker process asks the server only while execute() runs"
+                )
             number = next(self._calls) if call is None else call
             self._channel.send((kind, batch, number, *rest))
             reply = self._channel.receive()

@@ -180,6 +180,33 @@ class TritonPythonModel:
         return responses
 """
 
+# Triton's decoupled pattern: execute returns at once, a thread of the model sends the response
+# after asking is_cancelled() (and its BLS-free answer) a few times.
+BACKGROUND = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self._answer, args=(request,)).start()
+        return None
+
+    def _answer(self, request):
+        seen = []
+        for _ in range(3):
+            seen.append(request.is_cancelled())
+            time.sleep(0.01)
+        y = np.array([float(sum(seen))], dtype=np.float32)
+        sender = request.get_response_sender()
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
 IDENTITY_IO = (
     'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
     'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
@@ -228,6 +255,14 @@ def _repository(tmp_path: Path) -> Path:
         + IDENTITY_IO
         + "model_transaction_policy { decoupled: true }\n"
         + _string("marker", str(tmp_path / "counter.marker")),
+    )
+    models.write_python_model(
+        repo,
+        "background",
+        BACKGROUND,
+        'name: "background"\nbackend: "python"\nmax_batch_size: 0\n'
+        + IDENTITY_IO
+        + "model_transaction_policy { decoupled: true }\n",
     )
     models.write_python_model(
         repo,
@@ -396,3 +431,15 @@ def test_a_decoupled_bls_call_is_cancelled_and_the_called_model_sees_it(
         time.sleep(0.05)
     observed, sent = marker.read_text().split()
     assert observed == "True" and 2 <= int(sent) < 100  # it stopped, seeing is_cancelled()
+
+
+def test_is_cancelled_from_a_thread_after_execute_returned_answers(server: ConvoyServer) -> None:
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    x = np.array([1.0], np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        triton.start_stream(callback=lambda result, error: answers.put((result, error)))
+        triton.async_stream_infer("background", [infer_input("X", x, "FP32")])
+        result, error = answers.get(timeout=10)
+        triton.stop_stream()
+    assert error is None and isinstance(result, grpcclient.InferResult)
+    assert result.as_numpy("Y").tolist() == [0.0]  # never cancelled, and no hang
