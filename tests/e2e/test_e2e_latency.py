@@ -350,3 +350,49 @@ def test_keep_alive_needs_explicit_model_control(start_server: StartServer, tmp_
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False)
     assert done.returncode != 0
     assert b"--model-keep-alive needs --model-control-mode explicit" in done.stderr
+
+
+# Loads in about a second: longer than the server below lets a request wait for it.
+SLOW_TO_LOAD = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(1.0)
+
+    def execute(self, requests):
+        outputs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]) for y in outputs]
+"""
+
+
+def test_a_reload_past_the_load_timeout_answers_unavailable_and_finishes_for_later_requests(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    repo = tmp_path / "models"
+    config = _python_config("late_loader", 0.0, _parameter("convoy_keep_alive_s", "0.5"))
+    models.write_python_model(repo, "late_loader", SLOW_TO_LOAD, config)
+    flags = ("--model-control-mode", "explicit", "--lazy-load-timeout-secs", "0.2")
+    server = start_server(repo, *flags)
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.load_model("late_loader")
+        np.testing.assert_array_equal(_grpc(server, "late_loader", 1.0), _x(1.0))
+        deadline = time.monotonic() + 10
+        while client.is_model_ready("late_loader") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(InferenceServerException) as grpc_error:
+            _grpc(server, "late_loader", 2.0)
+        assert grpc_error.value.status() == "StatusCode.UNAVAILABLE"
+        expected = "'late_loader' was unloaded after idling and did not load again within 0.2 s"
+        assert expected in grpc_error.value.message()
+        with pytest.raises(InferenceServerException) as http_error:
+            _http(server, "late_loader", 3.0)  # the load goes on: it waits for the same one
+        assert http_error.value.status() == "503" and expected in http_error.value.message()
+        deadline = time.monotonic() + 10
+        while not client.is_model_ready("late_loader") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        np.testing.assert_array_equal(_http(server, "late_loader", 4.0), _x(4.0))
+    assert metric(server.metrics(), "convoy_model_cold_starts", model="late_loader") == 1
