@@ -70,6 +70,7 @@ class Batcher:
         # Latency target: what batches are formed with, and the keeper that chooses it.
         # Every batch's time: a request that cannot finish before its deadline never runs.
         self._times = BatchTimes()
+        self._horizon_ns = 0  # the shortest batch's mean time: nearer deadlines cannot be met
         self._target = TargetKeeper(name, policy, self._times) if policy.latency_target_ns else None
         self._forming = policy
 
@@ -147,7 +148,7 @@ class Batcher:
         level = self._policy.level_of(priority)
         queue_policy = self._policy.queue_policies[level - 1]
         expires_ns = request_deadline_ns(queue_policy, now_ns, timeout_ns, deadline_ns)
-        if expires_ns is not None and expires_ns <= now_ns + self._horizon_ns():
+        if expires_ns is not None and expires_ns <= now_ns + self._horizon_ns:
             raise DeadlineExceededError(
                 f"model '{self._name}': the request's deadline had passed when it arrived, or "
                 "would before a batch could finish; it was not executed"
@@ -225,7 +226,7 @@ class Batcher:
             for request in self._queue.expire(now_ns):
                 if not request.future.done():
                     request.future.set_exception(RequestTimeoutError("Request timeout expired"))
-            horizon_ns = self._horizon_ns()
+            horizon_ns = self._horizon_ns
             for request in self._queue.drop_expired(now_ns + horizon_ns):
                 _fail(request, self._expired(request, now_ns))
             wait_until_ns = None
@@ -247,11 +248,6 @@ class Batcher:
                 for idle in self._idle:
                     self._gate.withdraw(idle)
             await self._wake.sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns(horizon_ns))
-
-    def _horizon_ns(self) -> int:
-        """How long the shortest batch takes (mean; 0 before any): a request whose deadline is
-        nearer than that cannot be answered in time."""
-        return int(self._times.predict_ns(1, spread=0.0) or 0)
 
     def _expired(self, request: Queued, now_ns: int) -> DeadlineExceededError:
         waited_ms = (now_ns - request.candidate.enqueue_ns) / 1e6
@@ -294,7 +290,7 @@ class Batcher:
     ) -> None:
         start_ns = time.monotonic_ns()
         # It may have waited for an instance or the rate limiter since it was formed.
-        batch, expired = split_expired(batch, start_ns + self._horizon_ns())
+        batch, expired = split_expired(batch, start_ns + self._horizon_ns)
         for request in expired:
             _fail(request, self._expired(request, start_ns))
         sizes = [request.candidate.batch_size for request in batch]
@@ -336,6 +332,7 @@ class Batcher:
             self._report(record)
             done_ns = time.monotonic_ns()
             self._times.record(record.batch_size, done_ns - start_ns)
+            self._horizon_ns = int(self._times.predict_ns(1, spread=0.0) or 0)
             if self._target is not None:
                 self._forming = self._target.measured(done_ns)
             await _after(previous)
