@@ -396,3 +396,38 @@ def test_a_reload_past_the_load_timeout_answers_unavailable_and_finishes_for_lat
             time.sleep(0.1)
         np.testing.assert_array_equal(_http(server, "late_loader", 4.0), _x(4.0))
     assert metric(server.metrics(), "convoy_model_cold_starts", model="late_loader") == 1
+
+
+@pytest.mark.parametrize("front_end", ["in-process", "workers"])
+def test_a_sequence_requests_deadline_is_honoured_in_its_sequence(
+    start_server: StartServer, tmp_path: Path, front_end: str
+) -> None:
+    repo = tmp_path / "models"
+    config = (
+        f'name: "slow_sequence"\nbackend: "python"\nmax_batch_size: 1\n{_IO}'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\nsequence_batching { }\n"
+        + _parameter("sleep_s", str(BLOCK_S))
+        + IN_PROCESS
+    )
+    models.write_python_model(repo, "slow_sequence", SLOW, config)
+    server = start_server(repo, *(("--frontend-workers", "2") if front_end == "workers" else ()))
+
+    def step(value: float, protocol: str, **kwargs: Any) -> np.ndarray:
+        call = _grpc if protocol == "grpc" else _http
+        return call(server, "slow_sequence", value, sequence_id=7, **kwargs)
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(step, 1.0, "grpc", sequence_start=True)
+        time.sleep(BLOCK_S / 4)  # the sequence's first request is running
+        late = [
+            pool.submit(step, 2.0, "grpc", timeout=DEADLINE_US),
+            pool.submit(step, 3.0, "http", timeout=DEADLINE_US),
+        ]
+        np.testing.assert_array_equal(first.result(10), _x(1.0))
+        for future in late:
+            error = _error_of(future)
+            assert error.status() in ("StatusCode.DEADLINE_EXCEEDED", "503"), error
+            assert "not executed" in error.message()
+    np.testing.assert_array_equal(step(4.0, "http", sequence_end=True), _x(4.0))
+    assert _executions(server, "slow_sequence")[0] == 2  # the first and the last
+    assert _expired(server, "slow_sequence") == 2
