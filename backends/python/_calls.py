@@ -104,8 +104,9 @@ class Questions:
     def __init__(self, caller: ModelCaller | None) -> None:
         self._caller = caller  # None: `exec` answers with an error response
         self.loop: asyncio.AbstractEventLoop | None = None  # where the caller runs
+        self._batch: int | None = None  # the running batch, while one runs
         # Whether request i of the running batch was cancelled by its caller (None: unknown).
-        self.cancelled: Callable[[int], bool] | None = None
+        self._cancelled: Callable[[int], bool] | None = None
         self._streams: dict[int, CallStream] = {}  # the running batch's open streams, by call
 
     def answer(self, question: tuple[Any, ...], deadline_ns: int) -> tuple[Any, ...]:
@@ -129,15 +130,24 @@ class Questions:
             if stream is not None:
                 stream.cancel()
             return ("called", call, None)
-        cancelled = self.cancelled
-        return ("called", call, cancelled is not None and cancelled(int(question[3])))
+        return ("called", call, self.cancelled_in(int(question[1]), int(question[3])))
+
+    def running(self, batch: int, cancelled: Callable[[int], bool] | None) -> None:
+        """`batch` runs now; `cancelled(i)` says whether its request i was cancelled."""
+        self._batch, self._cancelled = batch, cancelled
+
+    def cancelled_in(self, batch: int, index: int) -> bool:
+        """Whether request `index` of `batch` was cancelled by its caller (False once the batch
+        is over); thread-safe."""
+        cancelled = self._cancelled
+        return batch == self._batch and cancelled is not None and cancelled(index)
 
     def end_batch(self) -> None:
         """Cancel the streams the batch left open (their callers are gone)."""
         for stream in self._streams.values():
             stream.cancel()
         self._streams.clear()
-        self.cancelled = None
+        self._batch, self._cancelled = None, None
 
     def _arguments(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
         _, _, _, model, version, inputs, output_names, parameters = question[:8]

@@ -295,7 +295,7 @@ class PythonInstance:
     ) -> ExecutionResult:
         worker = self._running_worker()
         batch = next(self._batches)
-        self._questions.cancelled = cancelled
+        self._questions.running(batch, cancelled)
         start_ns = sent_ns = time.monotonic_ns()
         deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
         finished = [False] * len(requests)
@@ -436,6 +436,13 @@ class PythonInstance:
             )
             watcher.daemon = True  # a worker that never ends must not hold the server's exit
             watcher.start()
+            if self._model.decoupled:  # only a decoupled model's requests can be cancelled
+                threading.Thread(
+                    target=worker.answer_cancel_checks,
+                    args=(self._questions.cancelled_in,),
+                    name=f"{self._model.instance}-cancel-checks",
+                    daemon=True,
+                ).start()
             return worker
         except WorkerRefused as refusal:
             reason = refusal.reason

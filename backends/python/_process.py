@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from backends.python._frames import (
     read_frame,
     write_message,
 )
+from backends.python._worker import CANCEL_CHECK
 
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 _POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
@@ -83,6 +84,7 @@ class WorkerProcess:
         self._outgoing = outgoing  # the worker's inputs: an execute message's stay leased
         self._incoming = incoming  # copied out at once
         self._readiness: socket.socket | None = None  # readiness checks' own socket
+        self._asks: socket.socket | None = None  # the model's is_cancelled() questions' own
         self.checks_readiness = False  # the model defines `is_ready` (known once initialized)
 
     @classmethod
@@ -120,12 +122,19 @@ class WorkerProcess:
     @classmethod
     def _spawn(cls, ring_bytes: int = RING_BYTES) -> WorkerProcess:
         ours, theirs = socket.socketpair()
-        # Readiness checks have a socket of their own: one runs while a batch executes.
+        # Readiness checks have a socket of their own: one runs while a batch executes; so do
+        # the model's is_cancelled() questions, which any of its threads asks at any time.
         ours_ready, theirs_ready = socket.socketpair()
+        ours_ask, theirs_ask = socket.socketpair()
         rings: list[Ring] = []
         try:
             rings = [Ring.create(f"convoy-python-{way}", ring_bytes) for way in ("in", "out")]
-            fds = (theirs.fileno(), *(ring.fd for ring in rings), theirs_ready.fileno())
+            fds = (
+                theirs.fileno(),
+                *(ring.fd for ring in rings),
+                theirs_ready.fileno(),
+                theirs_ask.fileno(),
+            )
             process = subprocess.Popen(
                 [sys.executable, str(_WORKER_SCRIPT), *map(str, fds)],
                 pass_fds=fds,
@@ -135,6 +144,7 @@ class WorkerProcess:
         except OSError as exc:
             ours.close()
             ours_ready.close()
+            ours_ask.close()
             for ring in rings:
                 ring.close()
             raise WorkerFailure(f"could not be started: {exc}") from exc
@@ -142,9 +152,26 @@ class WorkerProcess:
             # Only the worker may hold its ends: then its exit reaches us as EOF.
             theirs.close()
             theirs_ready.close()
+            theirs_ask.close()
         worker = cls(process, ours, *rings)
         worker._readiness = ours_ready
+        worker._asks = ours_ask
         return worker
+
+    def answer_cancel_checks(self, cancelled: Callable[[int, int], bool]) -> None:
+        """Until the worker ends: answer each of its is_cancelled() questions (batch, request
+        index) with `cancelled(batch, index)`, one byte; blocking, on a thread of its own."""
+        sock = self._asks
+        if sock is None:
+            return
+        try:
+            while True:
+                asked = sock.recv(CANCEL_CHECK.size, socket.MSG_WAITALL)
+                if len(asked) < CANCEL_CHECK.size:
+                    return  # the worker ended
+                sock.sendall(b"1" if cancelled(*CANCEL_CHECK.unpack(asked)) else b"0")
+        except OSError:
+            return
 
     def check_ready(self) -> bool:
         """The model's `is_ready()` answer (one byte each way on the readiness socket); False
@@ -236,8 +263,9 @@ class WorkerProcess:
                 self._process.kill()
         self._process.wait()
         self._sock.close()
-        if self._readiness is not None:
-            self._readiness.close()
+        for side in (self._readiness, self._asks):
+            if side is not None:
+                side.close()
         self._outgoing.close()
         self._incoming.close()
 

@@ -1,8 +1,8 @@
 """The worker process of one python model instance, and the messages it exchanges.
 
-Run by path (`python _worker.py SOCKET_FD IN_FD OUT_FD READY_FD`), so it imports nothing from
-Convoy (`_frames.py`, the framing, is loaded by path too): model.py sees a clean interpreter with
-Triton's `triton_python_backend_utils` and the version directory on sys.path. Messages are
+Run by path (`python _worker.py SOCKET_FD IN_FD OUT_FD READY_FD ASK_FD`), so it imports nothing
+from Convoy (`_frames.py`, the framing, is loaded by path too): model.py sees a clean interpreter
+with Triton's `triton_python_backend_utils` and the version directory on sys.path. Messages are
 pickled tuples whose arrays lie in shared memory (`_frames.py`): an execute message's inputs
 reach the model there without a copy, writable, as Triton's inputs are.
 
@@ -20,7 +20,9 @@ call, ...): `InferenceRequest.exec` sends ("call", batch, call, model, version, 
 output_names, parameters, decoupled), answered with a payload (whose pair carries the called
 model's response parameters) or, for a decoupled call, True (or the error); then each ("next",
 batch, call) is answered (payload, final) and ("cancel", batch, call) ends the call.
-`request.is_cancelled()` sends ("is_cancelled", batch, call, index), answered with a bool.
+In process, `request.is_cancelled()` sends ("is_cancelled", batch, call, index), answered with a
+bool; a worker asks on a socket of its own (`ASK_FD`): (batch, index) as CANCEL_CHECK, answered
+b"1" or b"0", from any thread at any time.
 
 A socket of their own (`READY_FD`) carries readiness checks, so that one runs while a batch
 executes: the parent sends one byte, a thread of the worker calls the model's `is_ready()` and
@@ -37,6 +39,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -52,6 +55,8 @@ UTILS_MODULE = "triton_python_backend_utils"
 _MODEL_MODULE = "model"
 _FRAMES_MODULE = "convoy_python_frames"
 _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
+# An is_cancelled() question on its own socket: (batch, request index), answered b"1" or b"0".
+CANCEL_CHECK = struct.Struct("!qq")
 
 Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
 
@@ -84,6 +89,7 @@ class ModelServer:
         model: Any,
         spec: dict[str, Any],
         copy_outputs: bool = False,
+        asks: socket.socket | None = None,
     ) -> None:
         self._channel = channel
         self._copy_outputs = copy_outputs
@@ -98,6 +104,9 @@ class ModelServer:
         self._batch: int | None = None  # the batch whose execute runs now (calls belong to it)
         self._calls = itertools.count()
         self._call_lock = threading.Lock()  # one call's send and reply at a time
+        # A worker's is_cancelled() questions' own socket (None in process: they go as calls).
+        self._asks = asks
+        self._asks_lock = threading.Lock()
         utils._install_model_caller(self._call_model)
 
     def serve(self) -> None:
@@ -221,10 +230,13 @@ class ModelServer:
         """`request.is_cancelled()` of request `index` of `batch`: the server knows."""
 
         def cancelled() -> bool:
-            try:
-                return bool(self._ask("is_cancelled", batch, None, index)[1][2])
-            except self._utils.TritonModelException:  # asked after execute returned: unknown
-                return False
+            if not self._decoupled:
+                return False  # only a decoupled model's request has a stream its caller can leave
+            if self._asks is not None:  # any thread, any time: the question has its own socket
+                with self._asks_lock:
+                    self._asks.sendall(CANCEL_CHECK.pack(batch, index))
+                    return self._asks.recv(1, socket.MSG_WAITALL) == b"1"
+            return bool(self._ask("is_cancelled", batch, None, index)[1][2])
 
         return cancelled
 
@@ -494,6 +506,7 @@ def main(argv: list[str]) -> int:
     incoming, outgoing = (frames.Ring(fd, os.fstat(fd).st_size) for fd in map(int, argv[2:4]))
     channel = frames.WorkerChannel(socket.socket(fileno=int(argv[1])), incoming, outgoing)
     readiness = socket.socket(fileno=int(argv[4]))
+    asks = socket.socket(fileno=int(argv[5]))
     _watch_parent(os.getppid())
     kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])
@@ -506,7 +519,7 @@ def main(argv: list[str]) -> int:
     except ContractError as exc:
         channel.send(("failed", str(exc)))
         return 1
-    server = ModelServer(channel, sys.modules[UTILS_MODULE], model, spec)
+    server = ModelServer(channel, sys.modules[UTILS_MODULE], model, spec, asks=asks)
     if server.checks_readiness:
         threading.Thread(
             target=_serve_readiness, args=(readiness, server), name="convoy-readiness", daemon=True

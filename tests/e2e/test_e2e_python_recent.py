@@ -118,10 +118,12 @@ class TritonPythonModel:
         return responses
 """
 
-# Streams up to 100 responses (parameters {"i": i}), 20 ms apart, until its caller cancels;
-# then writes how many it sent to the file its config names and sends the final flag.
+# Streams up to 100 responses (parameters {"i": i}), 20 ms apart, from a thread of its own after
+# execute returned (Triton's usual decoupled pattern), until its caller cancels; then writes what
+# it saw to the file its config names and sends the final flag.
 COUNTER = """
 import json
+import threading
 import time
 
 import numpy as np
@@ -135,17 +137,20 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for request in requests:
-            sender = request.get_response_sender()
-            sent = 0
-            while sent < 100 and not request.is_cancelled():
-                y = pb_utils.Tensor("Y", np.array([float(sent)], dtype=np.float32))
-                sender.send(pb_utils.InferenceResponse([y], parameters={"i": sent}))
-                sent += 1
-                time.sleep(0.02)
-            with open(self.marker, "w") as out:
-                out.write(f"{request.is_cancelled()} {sent}")
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            threading.Thread(target=self._stream, args=(request,)).start()
         return None
+
+    def _stream(self, request):
+        sender = request.get_response_sender()
+        sent = 0
+        while sent < 100 and not request.is_cancelled():
+            y = pb_utils.Tensor("Y", np.array([float(sent)], dtype=np.float32))
+            sender.send(pb_utils.InferenceResponse([y], parameters={"i": sent}))
+            sent += 1
+            time.sleep(0.02)
+        with open(self.marker, "w") as out:
+            out.write(f"{request.is_cancelled()} {sent}")
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
 # Takes two responses of `counter` through a decoupled BLS call, cancels it, and drains the rest.
