@@ -61,33 +61,37 @@ def save_simple_torchscript(path: Path) -> Path:
     return path
 
 
-def _simple_module(torch: Any) -> Any:
-    """Triton's "simple" as an eager torch module: forward(INPUT0, INPUT1) -> (sum, difference)."""
+def _simple_dict_module(torch: Any) -> Any:
+    """Triton's "simple" as PyTorch 2 code takes it: a dict of its inputs in, a dict of its
+    outputs back (OUTPUT0 the sum, OUTPUT1 the difference)."""
 
-    class Simple(torch.nn.Module):  # type: ignore[misc, name-defined]
-        def forward(self, INPUT0: Any, INPUT1: Any) -> Any:
-            return INPUT0 + INPUT1, INPUT0 - INPUT1
+    class SimpleDict(torch.nn.Module):  # type: ignore[misc, name-defined]
+        def forward(self, inputs: dict[str, Any]) -> dict[str, Any]:
+            a, b = inputs["INPUT0"], inputs["INPUT1"]
+            return {"OUTPUT0": a + b, "OUTPUT1": a - b}
 
-    return Simple().eval()
+    return SimpleDict().eval()
 
 
 def simple_eager(input0: np.ndarray, input1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What eager PyTorch answers for "simple" (the reference for its compiled forms)."""
+    """What eager PyTorch answers for simple_aoti's module (the reference for its compiled form):
+    OUTPUT0 and OUTPUT1."""
     torch = importlib.import_module("torch")
     with torch.no_grad():
-        total, difference = _simple_module(torch)(
-            torch.from_numpy(input0), torch.from_numpy(input1)
+        outputs = _simple_dict_module(torch)(
+            {"INPUT0": torch.from_numpy(input0), "INPUT1": torch.from_numpy(input1)}
         )
-    return total.numpy(), difference.numpy()
+    return outputs["OUTPUT0"].numpy(), outputs["OUTPUT1"].numpy()
 
 
 def save_simple_aoti(path: Path) -> Path:
-    """Triton's "simple" exported with torch.export for one request of [1, 16] FP32 tensors and
-    compiled ahead of time by AOTInductor into a `.pt2` package (the C++ compiler runs here, a
-    few tens of seconds; the wrapper is built without optimization to keep that short)."""
+    """Triton's "simple" with a dict in and out (`_simple_dict_module`), exported with
+    torch.export for one request of [1, 16] FP32 tensors and compiled ahead of time by
+    AOTInductor into a `.pt2` package (the C++ compiler runs here, a few tens of seconds; the
+    wrapper is built without optimization to keep that short)."""
     torch = importlib.import_module("torch")
-    examples = (torch.zeros(1, 16), torch.zeros(1, 16))
-    exported = torch.export.export(_simple_module(torch), examples)
+    examples = ({"INPUT0": torch.zeros(1, 16), "INPUT1": torch.zeros(1, 16)},)
+    exported = torch.export.export(_simple_dict_module(torch), examples)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch._inductor.aoti_compile_and_package(
         exported,
@@ -192,7 +196,7 @@ def write_simple_torchscript(repo: Path) -> Path:
 
 def write_simple_aoti(repo: Path) -> Path:
     """`simple` as a PyTorch 2 AOTInductor package (`platform: "torch_aoti"`): one request at a
-    time (Triton's beta serves batch size 1); positional inputs and outputs by config order."""
+    time (Triton's beta serves batch size 1); its dict input and output go by key."""
     config = 'name: "simple_aoti"\nplatform: "torch_aoti"\n' + SIMPLE_IO.replace(
         "max_batch_size: 8", "max_batch_size: 1"
     )

@@ -224,16 +224,28 @@ def _build(repo: Path, work: Path) -> None:
     write_simple(repo)  # the example repository's ONNX `simple`, which simple_frameworks uses
     framework_models.write_examples(repo)
     package = repo / "simple_aoti" / "1" / "model.pt2"
-    if package.exists():  # compiled where a C++ compiler is found: one batched beyond the beta
-        batched = (repo / "simple_aoti" / "config.pbtxt").read_text(encoding="utf-8")
-        _write(
-            repo,
-            "aoti_batched",
-            batched.replace("simple_aoti", "aoti_batched").replace(
-                "max_batch_size: 1", "max_batch_size: 4"
-            ),
-            {"model.pt2": package.read_bytes()},
+    if package.exists():  # compiled where a C++ compiler is found
+        config = (repo / "simple_aoti" / "config.pbtxt").read_text(encoding="utf-8")
+        batched = config.replace("max_batch_size: 1", "max_batch_size: 4")  # beyond the beta
+        batched = batched.replace("simple_aoti", "aoti_batched")
+        _write(repo, "aoti_batched", batched, {"model.pt2": package.read_bytes()})
+        # The package's dict input and output go by key, whatever order the config lists.
+        reordered = _config(
+            "aoti_reordered",
+            'platform: "torch_aoti"',
+            """\
+            max_batch_size: 1
+            input [
+              { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] },
+              { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }
+            ]
+            output [
+              { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] },
+              { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }
+            ]
+            """,
         )
+        _write(repo, "aoti_reordered", reordered, {"model.pt2": package.read_bytes()})
     # TensorRT asked for on a CPU instance: ignored there (as in Triton), and the completed
     # config reports the providers the session really runs with.
     _write(
@@ -592,14 +604,15 @@ def test_example_aoti_package_answers_as_eager_pytorch(
     triton: grpcclient.InferenceServerClient, repository: Path
 ) -> None:
     """scripts/gen_models.py's simple_aoti (`platform: "torch_aoti"`, AOTInductor-compiled
-    here): the same answers as the eager module; batch size 1 only, as Triton's beta."""
+    here, a dict in and out): the same answers as the eager module, also with the config's
+    tensors in another order; batch size 1 only, as Triton's beta."""
     if not (repository / "simple_aoti").exists():
         pytest.skip("no C++ compiler: AOTInductor could not compile simple_aoti")
     config = triton.get_model_config("simple_aoti").config
     assert (config.platform, config.backend) == ("torch_aoti", "pytorch")
-    for seed in (3, 4):
+    for seed, model in ((3, "simple_aoti"), (4, "aoti_reordered")):
         arrays = _pair(1, seed=seed)
-        result = _infer(triton, "simple_aoti", arrays)
+        result = _infer(triton, model, arrays)
         total, difference = framework_models.simple_eager(arrays["INPUT0"], arrays["INPUT1"])
         np.testing.assert_allclose(result.as_numpy("OUTPUT0"), total, rtol=1e-6)
         np.testing.assert_allclose(result.as_numpy("OUTPUT1"), difference, rtol=1e-6)
