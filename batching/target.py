@@ -3,7 +3,9 @@ rules the batcher keeps the target with: the batch size and delay it batches wit
 and whether a new request can still be answered in time (`predicted_ns`, `refusal`).
 
 The target is a p99 inside the server: a request that arrives just as a batch starts waits for
-that batch, then runs in the next, so a batch of b may take at most half the target.
+that batch, then runs in the next, so two batches of b must fit in the target. Work ahead
+of a request is predicted at its mean, the request's own batch high (about its p99): the p99 of a
+sum is well below the sum of the p99s.
 """
 
 from __future__ import annotations
@@ -66,22 +68,26 @@ class TargetPlan:
 
 
 def plan(times: BatchTimes, policy: BatchPolicy) -> TargetPlan:
-    """The largest batch whose time is at most half the target, and a delay that waits for
-    batch-mates no longer than the target leaves room for (and at most one batch's time:
-    while an instance is busy for that long, requests gather anyway). The model's own
-    max_queue_delay, when set, bounds the delay; before any measurement, the config's."""
+    """The largest batch size b for which waiting out one batch of b (its mean) and then
+    running one's own (high) fits the target, and a delay that waits for batch-mates no longer
+    than the target leaves room for (and at most one batch's mean time: while an instance is
+    busy for that long, requests gather anyway). The model's own max_queue_delay, when set,
+    bounds the delay; before any measurement, the config's."""
     target_ns = policy.latency_target_ns
     configured = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
     if target_ns <= 0 or times.predict_ns(1) is None:
         return configured
+
+    def worst_ns(size: int) -> float:  # a batch of `size` waited for, then one's own
+        return (times.predict_ns(size, spread=0.0) or 0.0) + (times.predict_ns(size) or 0.0)
+
     size = 1
     for candidate in range(policy.max_batch_size, 0, -1):
-        batch_ns = times.predict_ns(candidate)
-        if batch_ns is not None and 2 * batch_ns <= target_ns:
+        if worst_ns(candidate) <= target_ns:
             size = candidate
             break
-    batch_ns = times.predict_ns(size) or 0.0
-    delay_ns = int(max(0.0, min(target_ns - 2 * batch_ns, batch_ns)))
+    batch_ns = times.predict_ns(size, spread=0.0) or 0.0
+    delay_ns = int(max(0.0, min(target_ns - worst_ns(size), batch_ns)))
     if policy.max_queue_delay_ns:
         delay_ns = min(delay_ns, policy.max_queue_delay_ns)
     return TargetPlan(size, delay_ns)
@@ -101,7 +107,7 @@ def predicted_ns(times: BatchTimes, chosen: TargetPlan, load: Load) -> float | N
     None before any measurement. The full batches ahead of it run `instances` at a time, after
     the first instance frees; its own batch holds what is left over and itself."""
     size = max(chosen.max_batch_size, 1)
-    full_ns = times.predict_ns(size)
+    full_ns = times.predict_ns(size, spread=0.0)
     own_ns = times.predict_ns(min(size, load.queued % size + 1))
     if full_ns is None or own_ns is None:
         return None
@@ -139,7 +145,7 @@ class TargetKeeper:
         free_in_ns = 0.0
         if not idle and self._running:
             free_in_ns = min(
-                max(0.0, start_ns + (self.times.predict_ns(size) or 0.0) - now_ns)
+                max(0.0, start_ns + (self.times.predict_ns(size, spread=0.0) or 0.0) - now_ns)
                 for start_ns, size in self._running.values()
             )
         load = Load(queued, int(free_in_ns), instances)
