@@ -95,6 +95,19 @@ def metric(server: Server, name: str, model: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+async def drain(server: Server, model: str) -> float:
+    """Wait until the model's executions stop growing (its queue is empty); seconds waited."""
+    started = time.monotonic()
+    last = statistics(server, model)["inferences"]
+    while time.monotonic() - started < 120:
+        await asyncio.sleep(0.5)
+        now = statistics(server, model)["inferences"]
+        if now == last:
+            break
+        last = now
+    return time.monotonic() - started
+
+
 Call = Callable[[], Awaitable[None]]
 
 
@@ -250,7 +263,7 @@ def bench_deadlines(scratch: Path, seconds: float) -> None:
                 expired_before = metric(server, "convoy_inference_deadline_exceeded", "flat")
                 tally = Tally([])
                 await open_loop(call(timeout_us), 2 * capacity, seconds, tally)
-                await asyncio.sleep(3)  # what the server still runs for clients long gone
+                drained_s = await drain(server, "flat")  # it still runs for clients long gone
                 after = statistics(server, "flat")
                 expired = metric(server, "convoy_inference_deadline_exceeded", "flat")
                 good = sum(1 for latency in tally.ok if latency <= 0.1)
@@ -258,7 +271,8 @@ def bench_deadlines(scratch: Path, seconds: float) -> None:
                 print(
                     f"  {label:18s} goodput {good / seconds:6.1f}/s; answered {len(tally.ok)}, "
                     f"gave up {tally.late}, refused {tally.refused}; the server executed "
-                    f"{executed} (no answer wanted for {executed - len(tally.ok)}), counted "
+                    f"{executed} (no answer wanted for {executed - len(tally.ok)}; "
+                    f"{drained_s:.1f} s after the last request), counted "
                     f"{expired - expired_before:.0f} expired"
                 )
             await client.close()
