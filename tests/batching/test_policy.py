@@ -147,3 +147,27 @@ def test_variable_dims_and_optional_inputs_must_match_within_a_batch() -> None:
            dynamic_batching {}"""
     )
     assert chosen.equal_shape_inputs == ("var", "opt")
+
+
+def _parameters(**values: str) -> str:
+    return " ".join(
+        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+        for key, value in values.items()
+    )
+
+
+def test_fair_share_and_its_weights_are_read_from_the_config() -> None:
+    fair = policy("dynamic_batching {} " + _parameters(convoy_fair_share="true"))
+    assert fair.fair_share and fair.share_weights == ()
+    weighted = policy(
+        "dynamic_batching {} "
+        + _parameters(convoy_fair_share="TRUE", convoy_fair_share_weights="gold=4, batch-jobs=1")
+    )
+    assert weighted.share_weights == (("gold", 4), ("batch-jobs", 1))
+    assert not policy("dynamic_batching {}").fair_share
+
+
+@pytest.mark.parametrize("weights", ["gold", "gold=0", "=3", "gold=x", "gold=1.5"])
+def test_a_bad_fair_share_weight_is_refused(weights: str) -> None:
+    with pytest.raises(PolicyError, match="convoy_fair_share_weights takes CLASS=WEIGHT"):
+        policy("dynamic_batching {} " + _parameters(convoy_fair_share_weights=weights))
