@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="serve model repositories",
         description="Triton's options with Convoy's defaults (loopback addresses; see the "
-        "README's Coming from Triton for tritonserver's).",
+        "docs' Coming from Triton page for tritonserver's).",
     )
     add_options(serve, Profile.CONVOY)
     return parser

@@ -38,7 +38,7 @@ class Option:
     value: Value
     meaning: str  # what the option does in Triton (Convoy's own options: in Convoy)
     support: Support
-    triton_default: str = ""  # Triton's default as the README shows it ("" for Convoy's own)
+    triton_default: str = ""  # Triton's default in the docs' table ("" for Convoy's own)
     default: object = None  # tritonserver's default value (None: unset)
     convoy_default: object = _SAME  # convoy serve's default value, where it differs
     behaviour: str = ""  # Convoy's behaviour where it is not plainly Triton's; the reason, if

@@ -24,7 +24,7 @@ SERVED, NO_EFFECT, CONVOY = Support.SERVED, Support.NO_EFFECT, Support.CONVOY
 _TRACE_FILE = "Convoy traces through OpenTelemetry only (see Tracing)"
 
 SERVER = (
-    # argparse's own --help (and -h) prints the usage; the entry is for the README's table.
+    # argparse's own --help (and -h) prints the usage; the entry is for the docs' option table.
     Option("help", SWITCH, "print the usage", SERVED, "-"),
     Option(
         "id",

@@ -22,7 +22,7 @@ _FALSE = ("false", "off", "0", "no")
 class Value:
     """How one option's argument is read; `parse` None: a switch that takes no argument."""
 
-    metavar: str  # the argument's name in --help and the README
+    metavar: str  # the argument's name in --help and the docs' option table
     parse: Callable[[str], object] | None
 
 

@@ -386,24 +386,31 @@ def test_gpu_requirements_of_the_installed_convoy() -> None:
     assert "convoy" not in cloud_names and "onnxruntime" not in cloud_names
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
-def test_the_builder_stage_copies_all_the_example_generator_reads(
-    dockerfile: str, tmp_path: Path
-) -> None:
-    # Lay out only what the builder's `COPY scripts...` lines copy, then write the examples there.
+def _builder_copies(dockerfile: str) -> list[tuple[str, str]]:
+    """The (source, target) pairs of the builder stage's `COPY scripts...` lines."""
     text = (REPO_ROOT / dockerfile).read_text(encoding="utf-8")
     builder = text.split("\nFROM ", 2)[1]
+    copies = []
     for line in builder.splitlines():
         words = line.split()
         if words[:1] == ["COPY"] and words[1].startswith("scripts/"):
             *sources, target = words[1:]
-            for source in sources:
-                destination = tmp_path / target / Path(source).name
-                if source.endswith("/"):
-                    shutil.copytree(REPO_ROOT / source, tmp_path / target, dirs_exist_ok=True)
-                else:
-                    destination.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(REPO_ROOT / source, destination)
+            copies += [(source, target) for source in sources]
+    return copies
+
+
+def test_the_builder_stage_copies_all_the_example_generator_reads(tmp_path: Path) -> None:
+    # Lay out only what each builder's `COPY scripts...` lines copy, then write the examples
+    # there; the two images' builders copy the same, so the (slow) generator runs once.
+    copies = _builder_copies("Dockerfile")
+    assert copies and _builder_copies("Dockerfile.gpu") == copies
+    for source, target in copies:
+        destination = tmp_path / target / Path(source).name
+        if source.endswith("/"):
+            shutil.copytree(REPO_ROOT / source, tmp_path / target, dirs_exist_ok=True)
+        else:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / source, destination)
     result = subprocess.run(
         [sys.executable, "scripts/gen_models.py", str(tmp_path / "models")],
         cwd=tmp_path,
