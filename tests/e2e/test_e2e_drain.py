@@ -87,6 +87,10 @@ def _refused(port: int) -> bool:
         socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # A connect racing the listener's shutdown is reset, never accepted: not yet refused
+        # outright, so ask again.
+        return False
     return False
 
 
