@@ -47,7 +47,8 @@ SLOW_S = 1.0
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
-def _children(pid: int) -> set[int]:
+def child_pids(pid: int) -> set[int]:
+    """The processes `pid` started (its direct children, from /proc)."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
@@ -57,7 +58,8 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie does not)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -125,7 +127,7 @@ def _sleepy(url: str) -> bool:
 def drain(repo: Path, log: Path, workers: int) -> dict[str, Any]:
     """One drain under load; what the clients saw after the signal and how the server left."""
     process, url = _start(repo, log, workers)
-    children = _children(process.pid)
+    children = child_pids(process.pid)
     stop, after, outcomes = threading.Event(), [], Counter[str]()
     threads = [
         threading.Thread(target=_hammer, args=(url, stop, after, outcomes)) for _ in range(CLIENTS)
@@ -146,7 +148,7 @@ def drain(repo: Path, log: Path, workers: int) -> dict[str, Any]:
     stop.set()
     for thread in threads:
         thread.join(30)
-    left = sorted(pid for pid in children if _alive(pid))
+    left = sorted(pid for pid in children if alive(pid))
     return {
         "exit": code,
         "exit_s": round(exit_s, 2),

@@ -182,6 +182,33 @@ class TritonPythonModel:
 """
 
 
+# A Python model that holds every batch until the file named by its `gate` parameter exists,
+# then answers X + 1: requests held inside a model as long as a test asks (the load tests).
+GATED_MODEL = """
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.gate = json.loads(args["model_config"])["parameters"]["gate"]["string_value"]
+
+    def execute(self, requests):
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return [
+            pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)
+            ])
+            for r in requests
+        ]
+"""
+
+
 # A Python model that sleeps as long as its batch's largest X (seconds), then answers X as Y: a
 # request that stays in flight as long as a test asks (the drain tests and scripts/drain_check.py).
 SLEEPY_MODEL = """

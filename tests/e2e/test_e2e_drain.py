@@ -7,7 +7,6 @@ The 10-run figures are scripts/drain_check.py's."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import queue
@@ -28,6 +27,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
+from scripts.drain_check import alive, child_pids
 from scripts.gen_models import write_simple
 
 SLOW_S = 1.0  # how long a request of `sleepy` in flight at the signal takes
@@ -49,22 +49,6 @@ def server(
 ) -> ConvoyServer:
     flags = ("--frontend-workers", "2") if request.param == "2 workers" else ()
     return start_server(repository, "--exit-timeout-secs", "20", *flags)
-
-
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            found |= {int(child) for child in (task / "children").read_text().split()}
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -142,7 +126,7 @@ def test_a_drain_under_load_answers_what_it_took_and_refuses_the_rest_retryably(
     server: ConvoyServer, load: list[str]
 ) -> None:
     assert server.process is not None
-    children = _children(server.process.pid)
+    children = child_pids(server.process.pid)
     client = grpcclient.InferenceServerClient(server.url)
     with ThreadPoolExecutor(4) as pool:
         slow: list[Future[np.ndarray]] = [pool.submit(_sleepy, client, SLOW_S) for _ in range(4)]
@@ -158,7 +142,7 @@ def test_a_drain_under_load_answers_what_it_took_and_refuses_the_rest_retryably(
     time.sleep(0.3)  # the load goes on against the stopped server for a while
     assert load.count("ok") > 0
     assert set(load) <= {"ok", "StatusCode.UNAVAILABLE"}, sorted(set(load))
-    assert not any(_alive(pid) for pid in children)
+    assert not any(alive(pid) for pid in children)
 
 
 def _stream_request(seconds: float, rid: str) -> service_pb2.ModelInferRequest:
@@ -218,7 +202,7 @@ def test_a_second_signal_stops_at_once_leaving_no_process(
 ) -> None:
     server = start_server(repository, "--frontend-workers", "2", "--exit-timeout-secs", "60")
     assert server.process is not None
-    children = _children(server.process.pid)
+    children = child_pids(server.process.pid)
     assert children
     client = grpcclient.InferenceServerClient(server.url)
     with ThreadPoolExecutor(1) as pool:
@@ -235,7 +219,7 @@ def test_a_second_signal_stops_at_once_leaving_no_process(
             stuck.result(timeout=10)
     client.close()
     assert "second signal" in server.log()
-    assert not any(_alive(pid) for pid in children)
+    assert not any(alive(pid) for pid in children)
 
 
 def test_a_restarted_server_listens_once_every_model_is_loaded_and_warmed(

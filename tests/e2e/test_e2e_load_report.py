@@ -23,30 +23,6 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from scripts import models
 from scripts.gen_models import write_simple
 
-# Holds every batch until the file named by the `gate` parameter exists, then answers X + 1.
-GATED = """
-import json
-import os
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.gate = json.loads(args["model_config"])["parameters"]["gate"]["string_value"]
-
-    def execute(self, requests):
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.gate) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return [
-            pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() + 1)
-            ])
-            for r in requests
-        ]
-"""
 HELD = 6  # requests held in the gated model: 1.5 x its capacity (one instance x 4)
 HELD_TEXT = (
     "TEXT named_metrics.nv_inference_pending_request_count=0, "
@@ -67,7 +43,7 @@ def _repository(tmp_path: Path) -> Path:
     models.write_python_model(
         repo,
         "gated",
-        GATED,
+        models.GATED_MODEL,
         'name: "gated"\nbackend: "python"\nmax_batch_size: 4\n'
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
