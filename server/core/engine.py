@@ -85,7 +85,10 @@ class Engine:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Serve one request; its `carrier` holds its trace headers when tracing is on."""
-        response = await self._infer(request, None)
+        return self._reported(request, await self._infer(request, None))
+
+    def _reported(self, request: InferRequest, response: InferResponse) -> InferResponse:
+        """`response`, with the model's load when the request asked for it."""
         if request.load_report:
             return replace(response, load=self._load_report(response))
         return response
@@ -190,7 +193,7 @@ class Engine:
             raise ServerStoppingError(SERVER_STOPPING)
         target = await self._target(request.model, request.version)
         if target.router is None:
-            yield await self._infer(request, target), True
+            yield self._reported(request, await self._infer(request, target)), True
             return
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         if request.classification:
@@ -206,7 +209,7 @@ class Engine:
                     produced = item.outputs
                     if target.reshape is not None:
                         produced = target.reshape.to_config(produced)
-                    yield _response(target, produced, request), item.final
+                    yield self._reported(request, _response(target, produced, request)), item.final
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

@@ -1,11 +1,13 @@
 """The load report for balancers: a request with `endpoint-load-metrics-format` (TEXT or JSON)
-gets `endpoint-load-metrics` back, as gRPC trailing metadata or an HTTP header, in process and
-through front-end workers; a request without it gets none. The values are exact while a known
-number of requests is held in a gated model beside the one asked."""
+gets `endpoint-load-metrics` back, as gRPC trailing metadata or an HTTP header, and a stream
+opened with it in each response's parameters, in process and through front-end workers; a
+request without it gets none. The values are exact while a known number of requests is held in
+a gated model beside the one asked."""
 
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import urllib.request
@@ -49,6 +51,15 @@ def _repository(tmp_path: Path) -> Path:
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         "dynamic_batching { }\n"
         f'parameters {{ key: "gate" value: {{ string_value: "{tmp_path / "open"}" }} }}\n',
+    )
+    models.write_python_model(
+        repo,
+        "repeat",
+        models.REPEAT_MODEL,
+        'name: "repeat"\nbackend: "python"\nmax_batch_size: 8\n'
+        "model_transaction_policy { decoupled: true }\n"
+        'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
     )
     write_simple(repo)
     return place_python_models(repo, "in-process")
@@ -100,6 +111,47 @@ def _http(server: ConvoyServer, form: str | None) -> dict[str, str]:
         return {name.lower(): value for name, value in answer.headers.items()}
 
 
+Streamed = queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]]
+
+
+def _stream(
+    server: ConvoyServer, form: str | None, model: str = "simple", count: int = 3
+) -> list[tuple[bool, str | None]]:
+    """`count` requests on one ModelStreamInfer stream opened (by tritonclient) with `form` in
+    its metadata, to `simple` one after another (none in flight beside the one answered), or to
+    `repeat` (one request of `count` responses then an empty final one): each response's (final
+    flag, `endpoint-load-metrics` parameter), in order."""
+    results: Streamed = queue.Queue()
+    headers = None if form is None else {FORMAT: form}
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.start_stream(lambda result, error: results.put((result, error)), headers=headers)
+        if model == "simple":
+            tensors = [
+                infer_input(f"INPUT{index}", array, "FP32")
+                for index, array in enumerate(_simple_inputs())
+            ]
+            reports = []
+            for index in range(count):
+                client.async_stream_infer("simple", tensors, request_id=str(index))
+                reports.append(_streamed(results))
+        else:
+            counted = [infer_input("COUNT", np.array([[count]], np.int32), "INT32")]
+            client.async_stream_infer("repeat", counted, enable_empty_final_response=True)
+            reports = [_streamed(results) for _ in range(count + 1)]
+        client.stop_stream()
+    return reports
+
+
+def _streamed(results: Streamed) -> tuple[bool, str | None]:
+    """The next stream response's final flag and `endpoint-load-metrics` parameter."""
+    result, error = results.get(timeout=20)
+    assert error is None, error
+    assert result is not None
+    parameters = result.get_response().parameters
+    report = parameters[REPORT].string_param if REPORT in parameters else None
+    return parameters["triton_final_response"].bool_param, report
+
+
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -125,6 +177,25 @@ def test_a_report_is_sent_only_when_asked(server: ConvoyServer) -> None:
     assert REPORT not in _http(server, "xml")  # a format this server does not write
 
 
+def test_a_stream_opened_with_the_header_reports_in_each_response(server: ConvoyServer) -> None:
+    idle = "TEXT named_metrics.nv_inference_pending_request_count=0, "
+    reports = _stream(server, "text")
+    assert [final for final, _ in reports] == [True, True, True]
+    assert all(report is not None and report.startswith(idle) for _, report in reports)
+    assert _stream(server, None) == [(True, None)] * 3
+    assert _stream(server, "bin") == [(True, None)] * 3  # ORCA's binary form: not written
+
+    # A decoupled model: each response with outputs reports; its empty final one does not.
+    reports = _stream(server, "JSON", "repeat", count=3)
+    assert [final for final, _ in reports] == [False, False, False, True]
+    assert reports[-1][1] is None
+    for _, report in reports[:-1]:
+        assert report is not None and report.startswith("JSON ")
+        named = json.loads(report.removeprefix("JSON "))["named_metrics"]
+        assert set(named) == set(HELD_JSON["named_metrics"])
+        assert named["nv_inference_pending_request_count"] == 0
+
+
 def test_the_report_holds_the_load_of_the_moment(server: ConvoyServer, tmp_path: Path) -> None:
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     answers: list[np.ndarray] = []
@@ -147,7 +218,10 @@ def test_the_report_holds_the_load_of_the_moment(server: ConvoyServer, tmp_path:
         # `simple` is idle; the server's ratio is the gated model's 6 / 4.
         assert _grpc(server, "text")[REPORT] == HELD_TEXT
         assert _http(server, "text")[REPORT] == HELD_TEXT
-        for report in (_grpc(server, "json")[REPORT], _http(server, "JSON")[REPORT]):
+        assert _stream(server, "text") == [(True, HELD_TEXT)] * 3
+        streamed = _stream(server, "json", count=1)[0][1]
+        for report in (_grpc(server, "json")[REPORT], _http(server, "JSON")[REPORT], streamed):
+            assert report is not None
             assert report.startswith("JSON ")
             assert json.loads(report.removeprefix("JSON ")) == HELD_JSON
     finally:

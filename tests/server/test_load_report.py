@@ -1,5 +1,6 @@
 """The load report's header (`endpoint-load-metrics`, Triton #7839's ORCA layouts): which
-request values ask for it, and its TEXT and JSON forms."""
+request values ask for it, its TEXT and JSON forms, and the stream response parameter that
+carries it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import json
 
 import pytest
 
+from proto import grpc_service_pb2 as pb
 from server.contract.load import LoadReport
-from server.frontend.orca import report_header, requested_format
+from server.contract.responses import InferResponse
+from server.frontend.grpc.stream import stream_message
+from server.frontend.orca import REPORT_HEADER, report_header, requested_format
 
 REPORT = LoadReport(queue_length=3, in_flight=7, load_ratio=0.875)
 
@@ -52,3 +56,19 @@ def test_json_layout() -> None:
 def test_an_idle_server_reports_zeros() -> None:
     idle = report_header(LoadReport(0, 0, 0.0), "text")
     assert idle.endswith("inflight_requests=0, named_metrics.convoy_load_ratio=0.0")
+
+
+def test_a_stream_response_carries_the_report_as_a_parameter_when_asked() -> None:
+    request = pb.ModelInferRequest(model_name="simple", id="r1")
+    answered = InferResponse("simple", 1, [], load=REPORT)
+    message = stream_message(request, answered, True, "json")
+    assert message is not None
+    parameters = message.infer_response.parameters
+    assert parameters[REPORT_HEADER].string_param == report_header(REPORT, "json")
+    assert parameters["triton_final_response"].bool_param
+
+    unasked = stream_message(request, answered, True)
+    assert unasked is not None and REPORT_HEADER not in unasked.infer_response.parameters
+    # A decoupled model's final flag alone has no response to report with.
+    final = stream_message(request, None, True, "text")
+    assert final is None

@@ -272,12 +272,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, SERVER_STOPPING)
         answers = Outbox()
         running: set[asyncio.Task[None]] = set()
+        # A balancer's ask, read once as the stream opens: each response then carries the load.
+        form = requested_format(
+            value for key, value in (context.invocation_metadata() or ()) if key == FORMAT_HEADER
+        )
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                decoded = self._decoded(request, context)
+                decoded = self._decoded(request, context, form is not None)
                 async for item, final in self._core.infer_stream(decoded):
-                    answer = stream_message(request, item, final)
+                    answer = stream_message(request, item, final, form)
                     if answer is not None:
                         answers.put(answer)
                 return

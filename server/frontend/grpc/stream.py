@@ -1,5 +1,6 @@
-"""ModelStreamInfer's messages: each answer marked final or not, a request's failure in-band,
-and the `Outbox` that orders a stream's answers for its one writer."""
+"""ModelStreamInfer's messages: each answer marked final or not (and carrying the model's load
+when the stream asked for it), a request's failure in-band, and the `Outbox` that orders a
+stream's answers for its one writer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from proto import grpc_service_pb2 as pb
 from server.contract.errors import ServerError
 from server.contract.responses import InferResponse
 from server.frontend.grpc.codec import encode_response
+from server.frontend.orca import REPORT_HEADER, report_header
 
 
 def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
@@ -29,17 +31,25 @@ def _enables_empty_final(request: pb.ModelInferRequest) -> bool:
 
 
 def stream_message(
-    request: pb.ModelInferRequest, item: InferResponse | ServerError | None, final: bool
+    request: pb.ModelInferRequest,
+    item: InferResponse | ServerError | None,
+    final: bool,
+    load_format: str | None = None,
 ) -> pb.ModelStreamInferResponse | None:
     """One stream response, marked with whether it is its request's last; a decoupled
     model's final flag without a response is sent (empty) only if the request enables it,
-    as Triton's."""
+    as Triton's. `load_format` (`orca.requested_format`'s): a response with outputs carries the
+    model's load in its `endpoint-load-metrics` parameter, the text of the unary call's header
+    (a stream's trailing metadata comes only when it ends, too late for a balancer)."""
     if isinstance(item, ServerError):
         message = stream_error(request, str(item))
     else:
         message = pb.ModelStreamInferResponse()
         if item is not None:
             encode_response(item, request.id, message.infer_response)
+            if load_format is not None and item.load is not None:
+                report = report_header(item.load, load_format)
+                message.infer_response.parameters[REPORT_HEADER].string_param = report
         elif final and _enables_empty_final(request):
             answer = message.infer_response
             answer.model_name = request.model_name
