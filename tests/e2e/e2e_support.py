@@ -262,6 +262,14 @@ def serve_command(repository: Path, *flags: str) -> list[str]:
     ]
 
 
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """Poll `condition` every 20 ms until it holds; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """One sample's value on a Prometheus page; NaN when the page has no such sample."""
     wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))

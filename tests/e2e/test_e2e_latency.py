@@ -1,7 +1,9 @@
 """Serving to the caller's time, in process and through front-end workers: deadlines honoured in
 the queue (a gRPC deadline, the `timeout` parameter over gRPC and HTTP, an ensemble's steps; an
-expired request is never executed, and statistics and metrics count it), and keep-alive (an
-idle model unloads; a burst of requests loads it once, and every one is answered)."""
+expired request is never executed, and statistics and metrics count it), fair share (a light
+client ahead of a heavy one's backlog; a weighted class its weight in batch slots), and
+keep-alive (an idle model unloads; a burst of requests loads it once, and every one is
+answered)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,15 @@ import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from e2e_support import IN_PROCESS, REPO_ROOT, ConvoyServer, StartServer, metric, serve_command
+from e2e_support import (
+    IN_PROCESS,
+    REPO_ROOT,
+    ConvoyServer,
+    StartServer,
+    metric,
+    serve_command,
+    wait_for,
+)
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -68,6 +78,37 @@ def _parameter(key: str, value: str) -> str:
 TARGET_MS = 350  # `targeted`: batches of one take 100 ms, so about three fit in the target
 FAIR_HEADER = "x-client"  # --fair-share-header of the module's servers
 
+# Holds each batch until the file named by its `gate` parameter exists, then answers every
+# request of it with the batch's number (1, 2, ...) as Y: the order of service, with no clock.
+NUMBERED = """
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.gate = json.loads(args["model_config"])["parameters"]["gate"]["string_value"]
+        self.batches = 0
+
+    def execute(self, requests):
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.batches += 1
+        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.full_like(x, self.batches))])
+            for x in xs
+        ]
+"""
+WEIGHTED_BATCH = 4  # `weighted`: its max batch size
+WEIGHTS = "gold=3"  # its convoy_fair_share_weights; `bronze` weighs 1
+BACKLOG = 12  # each class's requests queued behind the held batch
+
 
 ENSEMBLE = (
     'name: "slow_ensemble"\nplatform: "ensemble"\nmax_batch_size: 8\n'
@@ -86,6 +127,15 @@ def write_repository(root: Path) -> Path:
     models.write_python_model(repo, "targeted", SLOW, targeted)
     fair = _python_config("fair", 0.1, _parameter("convoy_fair_share", "true"), max_batch_size=2)
     models.write_python_model(repo, "fair", SLOW, fair)
+    weighted = _python_config(
+        "weighted",
+        0.0,
+        _parameter("convoy_fair_share", "true")
+        + _parameter("convoy_fair_share_weights", WEIGHTS)
+        + _parameter("gate", str(root / "open")),
+        max_batch_size=WEIGHTED_BATCH,
+    )
+    models.write_python_model(repo, "weighted", NUMBERED, weighted)
     (repo / "slow_ensemble" / "1").mkdir(parents=True)
     (repo / "slow_ensemble" / "config.pbtxt").write_text(ENSEMBLE, encoding="utf-8")
     return repo
@@ -282,6 +332,47 @@ def test_fair_share_takes_a_light_client_in_ahead_of_a_heavy_clients_backlog(
     heavy_done = sorted(done[f"heavy{i}"] for i in range(10))
     for i in range(2):
         assert done[f"light{i}"] < heavy_done[6], "a light client waited behind the backlog"
+
+
+def test_a_weighted_class_takes_its_weight_in_batch_slots(server: ConvoyServer) -> None:
+    """`bronze` queues its backlog first, then `gold` (weight 3) as much, while a batch is held;
+    served in turn by weight, gold takes three of every four slots, though first come, first
+    served would take all of bronze's first. Counted by batch numbers, not by clock."""
+    labels = {"model": "weighted", "version": "1"}
+
+    def queued() -> float:
+        return metric(server.metrics(), "nv_inference_pending_request_count", **labels)
+
+    def executing() -> bool:
+        page = server.metrics()
+        return (
+            metric(page, "convoy_inference_inflight_requests", **labels) == 1
+            and metric(page, "nv_inference_pending_request_count", **labels) == 0
+        )
+
+    def send(client: str) -> int:
+        headers = {FAIR_HEADER: client}
+        return int(_grpc(server, "weighted", 1.0, headers=headers).ravel()[0])
+
+    with ThreadPoolExecutor(2 * BACKLOG + 1) as pool:
+        held = pool.submit(send, "held")  # runs alone, in the first batch, until the gate opens
+        wait_for(executing, "the held batch")  # it has left the queue and waits at the gate
+        bronze = [pool.submit(send, "bronze") for _ in range(BACKLOG)]
+        wait_for(lambda: queued() == BACKLOG, "bronze's backlog")
+        gold = [pool.submit(send, "gold") for _ in range(BACKLOG)]
+        wait_for(lambda: queued() == 2 * BACKLOG, "gold's backlog")
+        (server.repository.parent / "open").touch()
+        assert held.result(30) == 1
+        batches = {
+            "bronze": [future.result(30) for future in bronze],
+            "gold": [future.result(30) for future in gold],
+        }
+    # The first three batches after the held one (twelve slots): 9 gold and 3 bronze by weight;
+    # 6 and 6 unweighted; 0 gold first come, first served.
+    first = sorted({*batches["bronze"], *batches["gold"]})[:3]
+    served = {client: sum(b in first for b in numbers) for client, numbers in batches.items()}
+    assert served["gold"] >= 2 * served["bronze"] > 0, (served, batches)
+    assert sum(served.values()) == 3 * WEIGHTED_BATCH, batches
 
 
 def test_a_request_within_its_deadline_is_answered(server: ConvoyServer) -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -19,7 +18,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from e2e_support import ConvoyServer, StartServer, infer_input, metric, place_python_models
+from e2e_support import (
+    ConvoyServer,
+    StartServer,
+    infer_input,
+    metric,
+    place_python_models,
+    wait_for,
+)
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from scripts import models
@@ -152,13 +158,6 @@ def _streamed(results: Streamed) -> tuple[bool, str | None]:
     return parameters["triton_final_response"].bool_param, report
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 @pytest.fixture(params=["in process", "workers"])
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, start_server: StartServer
@@ -209,7 +208,7 @@ def test_the_report_holds_the_load_of_the_moment(server: ConvoyServer, tmp_path:
         thread.start()
     try:
         labels = {"model": "gated", "version": "1"}
-        _wait_for(
+        wait_for(
             lambda: (
                 metric(server.metrics(), "convoy_inference_inflight_requests", **labels) == HELD
             ),
