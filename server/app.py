@@ -72,6 +72,7 @@ class App:
             config_name=settings.model_config_name,
             load_retries=settings.model_load_retries,
             latency_histograms=settings.latency_histograms and settings.allow_metrics,
+            requests_classified=settings.fair_share_header is not None,
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(

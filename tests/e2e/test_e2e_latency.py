@@ -1,13 +1,16 @@
 """Serving to the caller's time, in process and through front-end workers: deadlines honoured in
 the queue (a gRPC deadline, the `timeout` parameter over gRPC and HTTP, an ensemble's steps; an
 expired request is never executed, and statistics and metrics count it), fair share (a light
-client ahead of a heavy one's backlog; a weighted class its weight in batch slots), and
+client ahead of a heavy one's backlog; a weighted class its weight in batch slots; a model
+that asks for it on a server without --fair-share-header warned about at each load), and
 keep-alive (an idle model unloads; a burst of requests loads it once, and every one is
 answered)."""
 
 from __future__ import annotations
 
 import queue
+import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -373,6 +376,42 @@ def test_a_weighted_class_takes_its_weight_in_batch_slots(server: ConvoyServer) 
     served = {client: sum(b in first for b in numbers) for client, numbers in batches.items()}
     assert served["gold"] >= 2 * served["bronze"] > 0, (served, batches)
     assert sum(served.values()) == 3 * WEIGHTED_BATCH, batches
+
+
+UNCLASSIFIED = (
+    "model 'fair_alone' sets convoy_fair_share, but the server was started without "
+    "--fair-share-header"
+)
+
+
+def test_a_fair_share_model_without_the_servers_header_is_warned_about_at_each_load(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    repo = tmp_path / "models"
+    fair = _python_config(
+        "fair_alone",
+        0.0,
+        _parameter("convoy_fair_share", "true") + "version_policy: { all { } }\n",
+    )
+    models.write_python_model(repo, "fair_alone", SLOW, fair)
+    shutil.copytree(repo / "fair_alone" / "1", repo / "fair_alone" / "2")
+    models.write_python_model(repo, "slow", SLOW, _python_config("slow", 0.0))
+    flags = ("--model-control-mode", "explicit", "--load-model", "*")
+    server = start_server(repo, *flags)
+    log = server.log()
+    warnings = [line for line in log.splitlines() if UNCLASSIFIED in line]
+    assert len(warnings) == 1, log  # one load of two versions: one warning
+    assert re.search(r" W \S+\] " + re.escape(UNCLASSIFIED), warnings[0]), warnings  # WARNING
+    assert "'slow' sets convoy_fair_share" not in log
+    # It serves all the same (first come, first served), and each load says it again.
+    np.testing.assert_array_equal(_grpc(server, "fair_alone", 2.0), _x(2.0))
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.load_model("fair_alone")
+    wait_for(lambda: server.log().count(UNCLASSIFIED) == 2, "the second load's warning")
+
+    with_header = start_server(repo, *flags, "--fair-share-header", FAIR_HEADER)
+    np.testing.assert_array_equal(_grpc(with_header, "fair_alone", 3.0), _x(3.0))
+    assert "sets convoy_fair_share" not in with_header.log()
 
 
 def test_a_request_within_its_deadline_is_answered(server: ConvoyServer) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from batching import RateLimiter
+from batching import BatchPolicy, RateLimiter
 from proto import model_config_pb2 as mc
 from server.contract.errors import (
     LOAD_FAILED,
@@ -63,8 +63,12 @@ class Repository:
         config_name: str | None = None,
         load_retries: int = 0,
         latency_histograms: bool = False,
+        requests_classified: bool = True,
     ) -> None:
         self._sources = Sources(roots)  # local directories, and mirrors of cloud repositories
+        # --fair-share-header was given, so requests carry a fair-share class; False: a model
+        # that asks for fair share is warned about at each load (it serves first come first).
+        self._requests_classified = requests_classified
         self._config_name = config_name  # configs/<name>.pbtxt over config.pbtxt (Triton's)
         self._load_retries = load_retries  # a failed build is tried again this many times
         self._latency_histograms = latency_histograms  # versions observe Triton's histograms
@@ -214,6 +218,8 @@ class Repository:
         entry.loaded_ms, entry.evicted = time.time_ns() // 1_000_000, False
         entry.idle_unloaded = False
         self._retire(replaced)
+        if entry.config is not None and not self._requests_classified:
+            _warn_unclassified(entry.config)
         if built.failures:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)
@@ -522,6 +528,19 @@ def directory_stamp(path: Path) -> tuple[object, ...]:
                 info = item.stat()
                 stamp.append((relative, info.st_size, info.st_mtime_ns))
     return tuple(stamp)
+
+
+def _warn_unclassified(config: mc.ModelConfig) -> None:
+    """A model asks for fair share on a server whose requests carry no class: say so, since it
+    would otherwise serve first come, first served without a word."""
+    if is_ensemble(config) or not BatchPolicy.from_config(config).fair_share:
+        return
+    _log.warning(
+        "model '%s' sets convoy_fair_share, but the server was started without "
+        "--fair-share-header: its requests carry no class and are served first come, first "
+        "served; start the server with --fair-share-header NAME to share its batches",
+        config.name,
+    )
 
 
 def _write_files(name: str, path: Path, files: Mapping[str, bytes]) -> Path:
