@@ -8,7 +8,9 @@ message size options Convoy's gRPC server sets, and prints `serving gRPC on 127.
 stderr once it accepts calls. Besides ModelInfer it answers what perf_analyzer asks first
 (ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig and
 ModelStatistics, with zero counts) from that config; every answer is built once at start-up.
-It needs only the generated modules in `proto`, none of Convoy's server.
+It needs only the generated modules in `proto`, and registers its service as Convoy's server
+does (one generic handler, `server.frontend.grpc.inference_handler`), so that both pay the same
+grpc.aio floor; its ModelInfer answer is serialized once, at start-up.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from google.protobuf import text_format
 
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc, model_config_pb2
+from server.frontend.grpc import inference_handler
 
 MESSAGE_LIMIT_BYTES = 64 * 1024 * 1024  # Convoy's default gRPC message limit
 ITEM_BYTES = {"FP32": 4, "FP64": 8, "FP16": 2, "INT64": 8, "INT32": 4, "INT8": 1, "UINT8": 1}
@@ -75,7 +78,7 @@ class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
             raw_output_contents=[
                 bytes(ITEM_BYTES[datatype] * math.prod(shape)) for _, datatype, shape in outputs
             ],
-        )
+        ).SerializeToString()
 
     async def ServerLive(self, request: object, context: object) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -98,7 +101,7 @@ class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(self, request: object, context: object) -> pb.ModelStatisticsResponse:
         return self._statistics
 
-    async def ModelInfer(self, request: object, context: object) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: object, context: object) -> bytes:
         return self._infer
 
 
@@ -109,7 +112,7 @@ async def serve(config: model_config_pb2.ModelConfig) -> None:
             ("grpc.max_send_message_length", MESSAGE_LIMIT_BYTES),
         ]
     )
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(CannedServicer(config), server)
+    server.add_generic_rpc_handlers((inference_handler(CannedServicer(config)),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)

@@ -102,6 +102,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "encode_response",
             "encode_raw",
+            "_serialized ",
             "_response ",
             "LocalCore._answer",
             "stream_message",

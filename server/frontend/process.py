@@ -14,13 +14,19 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from proto import grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
+from proto import grpc_service_pb2, model_config_pb2
 from server.contract.core import Core
 from server.contract.ports import probe_port
 from server.contract.settings import FrontEndSettings, GrpcTls
-from server.frontend.grpc import InferenceServicer, close_connections, stop_listening
+from server.frontend.grpc import (
+    GenericOnly,
+    InferenceServicer,
+    close_connections,
+    inference_handler,
+    stop_listening,
+)
 from server.frontend.http import HttpFrontEnd
 
 _log = logging.getLogger(__name__)
@@ -175,16 +181,19 @@ class FrontEnd:
             share_header=settings.fair_share_header,
         )
         self._servicer = servicer
-        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            servicer, server
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        # Generic handlers only: grpc.aio then waits on one future per accepted call, not
+        # one per method (see server.frontend.grpc.registration).
+        server.add_generic_rpc_handlers((inference_handler(servicer),))
+        registrar = GenericOnly(server)
+        health_pb2_grpc.add_HealthServicer_to_server(health, registrar)
         services: Sequence[str] = (
             INFERENCE_SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )
-        reflection.enable_server_reflection(services, server, pool=_reflection_pool())
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(services, pool=_reflection_pool()), registrar
+        )
         return server
 
 

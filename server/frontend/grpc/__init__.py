@@ -1,5 +1,6 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
+from server.frontend.grpc.registration import GenericOnly, inference_handler
 from server.frontend.grpc.servicer import RESTRICTABLE_GROUPS, InferenceServicer
 from server.frontend.grpc.sockets import close_connections, stop_listening
 from server.frontend.grpc.status import ERROR_BASES, STATUS_CODES, status_for
@@ -8,8 +9,10 @@ __all__ = [
     "ERROR_BASES",
     "RESTRICTABLE_GROUPS",
     "STATUS_CODES",
+    "GenericOnly",
     "InferenceServicer",
     "close_connections",
+    "inference_handler",
     "status_for",
     "stop_listening",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -52,8 +53,11 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     order.
     """
     raw = request.raw_input_contents
-    tensors = request.inputs
-    regions = [shm_location(t.parameters, t.name) for t in tensors]
+    tensors = list(request.inputs)  # each pass over the repeated field builds its elements anew
+    regions = [
+        shm_location(parameters, tensor.name) if (parameters := tensor.parameters) else None
+        for tensor in tensors
+    ]
     if raw:
         for tensor in tensors:  # before the count, as Triton checks them (clients look for it)
             if tensor.HasField("contents"):
@@ -68,7 +72,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     raw_index = 0
     for tensor, region in zip(tensors, regions, strict=True):
         name = tensor.name
-        datatype = _datatype(tensor.datatype, name)
+        datatype = BY_WIRE.get(tensor.datatype) or _datatype(tensor.datatype, name)
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
@@ -251,6 +255,64 @@ def encode_response(
         array = output.array
         message.raw_output_contents.append(b"" if array is None else encode_raw(datatype, array))
     return message
+
+
+# ModelInferResponse's field tags on the wire (field number << 3 | 2, length-delimited).
+_ID_TAG = b"\x1a"  # id = 3
+_RAW_OUTPUT_TAG = b"\x32"  # raw_output_contents = 6
+_HEADERS = 256  # response headers kept: (model, version, outputs' names, types, shapes)
+
+
+def encode_response_bytes(response: InferResponse, request_id: str) -> bytes:
+    """`encode_response`, serialized, built without a message: a serialized message is the
+    concatenation of its fields, so the part every response of a model, version and output
+    shapes shares (names, types, shapes) is serialized once, and each response adds its id and
+    its outputs' bytes. A response with parameters goes through the message."""
+    if response.parameters:
+        return encode_response(response, request_id).SerializeToString()
+    outputs = response.outputs
+    parts = [
+        _header(
+            response.model,
+            response.version,
+            tuple(
+                (output.spec.name, output.spec.datatype.wire, output.shape) for output in outputs
+            ),
+        )
+    ]
+    if request_id:
+        encoded = request_id.encode()
+        parts += (_ID_TAG, _varint(len(encoded)), encoded)
+    for output in outputs:
+        array = output.array
+        data = b"" if array is None else encode_raw(output.spec.datatype, array)
+        parts += (_RAW_OUTPUT_TAG, _varint(len(data)), data)
+    return b"".join(parts)
+
+
+@functools.lru_cache(maxsize=_HEADERS)
+def _header(
+    model: str, version: int, outputs: tuple[tuple[str, str, tuple[int, ...]], ...]
+) -> bytes:
+    message = pb.ModelInferResponse(model_name=model, model_version=str(version))
+    for name, datatype, shape in outputs:
+        message.outputs.add(name=name, datatype=datatype, shape=shape)
+    return message.SerializeToString()
+
+
+def _varint(value: int) -> bytes:
+    """A length on the wire: 7 bits a byte, low first, the high bit set on all but the last."""
+    if value < 0x80:
+        return _SMALL[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL = tuple(bytes((value,)) for value in range(0x80))
 
 
 def set_parameters(

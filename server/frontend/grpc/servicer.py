@@ -30,7 +30,7 @@ from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.codec import (
     decode_inputs,
     decode_outputs,
-    encode_response,
+    encode_response_bytes,
     infer_options,
 )
 from server.frontend.grpc.status import status_for
@@ -217,16 +217,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._core.repository_index(request.ready)
 
     @_edge
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Any
-    ) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> bytes:
+        """The answer comes serialized (`encode_response_bytes`); the service's handler
+        (`inference_handler`) sends bytes as they are."""
         form = requested_format(
             value for key, value in (context.invocation_metadata() or ()) if key == FORMAT_HEADER
         )
         response = await self._core.infer(self._decoded(request, context, form is not None))
         if form is not None and response.load is not None:  # a balancer's load report
             context.set_trailing_metadata(((REPORT_HEADER, report_header(response.load, form)),))
-        return encode_response(response, request.id)
+        return encode_response_bytes(response, request.id)
 
     def _decoded(
         self, request: pb.ModelInferRequest, context: Any, load_report: bool = False
