@@ -12,6 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from batching.alarm import Alarm
@@ -32,7 +33,14 @@ from batching.messages import (
     SequenceStep,
     TensorMap,
 )
-from batching.policy import BatchPolicy, Candidate, Decision, QueuePolicy, next_batch
+from batching.policy import (
+    BatchPolicy,
+    Candidate,
+    Decision,
+    QueuePolicy,
+    grows_quietly,
+    next_batch,
+)
 from batching.queue import Queued, RequestQueue, split_expired
 from batching.target import BatchTimes, TargetKeeper
 
@@ -41,6 +49,15 @@ _log = logging.getLogger(__name__)
 Observer = Callable[[ExecutionRecord], None]
 
 _WAIT_GAIN_TTL_NS = 1_000_000_000  # how long a measured wait gain is trusted
+
+
+@dataclass(slots=True)
+class _Quiet:
+    """What the sleeping batch loop waits for, while an arrival cannot change its choice: its
+    instances are all busy (`rows` None), or it waits out the delay of a batch of `rows`."""
+
+    rows: int | None
+    due_ns: int | None  # when its alarm rings anyway (None: only when woken)
 
 
 class Batcher:
@@ -73,6 +90,16 @@ class Batcher:
         self._horizon_ns = 0  # the shortest batch's mean time: nearer deadlines cannot be met
         self._target = TargetKeeper(name, policy, self._times) if policy.latency_target_ns else None
         self._forming = policy
+        # Whether an arrival may leave the loop asleep (see `_Quiet`): one priority level, no
+        # fair share, no latency target, no rate limiter, and batches of one shape.
+        self._may_sleep_through = (
+            policy.priority_levels == 1
+            and not policy.fair_share
+            and self._target is None
+            and gate is None
+            and not policy.equal_shape_inputs
+        )
+        self._quiet: _Quiet | None = None
 
     async def start(self) -> None:
         self._queue = RequestQueue(self._policy)
@@ -173,14 +200,38 @@ class Batcher:
             # that arrive together even without a delay, so its requests always queue.)
             return await self._run_alone(request)
         self._queue.push(request)  # raises QueueFullError at once when the level is full
-        self._wake.set()
+        if not self._sleeps_through(request):
+            self._wake.set()
         with self._in_flight.counted():
             try:
                 result: RequestResult = await request.future
                 return result
             except asyncio.CancelledError:
                 self._queue.discard(request)  # a no-op once executing: the result is dropped
+                self._wake.set()  # the batch it waited in is smaller: the loop looks again
                 raise
+
+    def _sleeps_through(self, request: Queued) -> bool:
+        """Whether the loop may sleep on after `request` joined the queue: it is asleep in a
+        `_Quiet` state, the request's deadlines come after the loop's alarm, and it does not
+        complete the batch the loop waits for (its rows are then counted in)."""
+        quiet = self._quiet
+        if quiet is None:
+            return False
+        due_ns = quiet.due_ns
+        for request_due_ns in (
+            request.deadline_ns,
+            None if request.expires_ns is None else request.expires_ns - self._horizon_ns,
+        ):
+            if request_due_ns is not None and (due_ns is None or request_due_ns < due_ns):
+                return False
+        if quiet.rows is None:
+            return True
+        rows = request.candidate.batch_size
+        if not grows_quietly(self._forming, quiet.rows, rows):
+            return False
+        quiet.rows += rows
+        return True
 
     async def _run_alone(self, request: Queued) -> RequestResult:
         request.active = False  # never queued: nothing to discard if the caller goes away
@@ -230,6 +281,7 @@ class Batcher:
             for request in self._queue.drop_expired(now_ns + horizon_ns):
                 _fail(request, self._expired(request, now_ns))
             wait_until_ns = None
+            quiet_rows: int | None = None  # the rows of a batch waited for (None: busy)
             if self._idle and len(self._queue):
                 decision = next_batch(
                     (request.candidate for request in self._queue),
@@ -244,10 +296,18 @@ class Batcher:
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
                 wait_until_ns = decision.wait_until_ns
+                quiet_rows = decision.size
             elif self._gate is not None and not len(self._queue):
                 for idle in self._idle:
                     self._gate.withdraw(idle)
-            await self._wake.sleep(now_ns, wait_until_ns, self._queue.next_deadline_ns(horizon_ns))
+            deadline_ns = self._queue.next_deadline_ns(horizon_ns)
+            if self._may_sleep_through and (not self._idle or wait_until_ns is not None):
+                due = [d for d in (wait_until_ns, deadline_ns) if d is not None]
+                self._quiet = _Quiet(quiet_rows, min(due) if due else None)
+            try:
+                await self._wake.sleep(now_ns, wait_until_ns, deadline_ns)
+            finally:
+                self._quiet = None
 
     def _expired(self, request: Queued, now_ns: int) -> DeadlineExceededError:
         waited_ms = (now_ns - request.candidate.enqueue_ns) / 1e6
@@ -364,6 +424,7 @@ class Batcher:
                 self._retiring.pop(0).set_result(executor)
             else:
                 self._idle.append(executor)
+                self._quiet = None  # the loop may sleep on, but the next arrival wakes it
             if len(self._queue) or self._gate is not None:  # else nothing waits for it
                 self._wake.set()
 

@@ -239,3 +239,11 @@ def next_batch(
         # Waiting lately brought less than one more request per batch: do not pay the delay.
         return Decision(count, size=pending)
     return Decision(0, oldest_ns + policy.max_queue_delay_ns, size=pending)
+
+
+def grows_quietly(policy: BatchPolicy, pending: int, rows: int) -> bool:
+    """Whether `rows` joining the end of a batch of `pending` rows that `next_batch` chose to
+    wait for (all of one shape) leave that choice a wait: the batch reaches no preferred size,
+    nor the largest (so not the maximum either)."""
+    total = pending + rows
+    return total < policy.preferred_batch_sizes[-1] and total not in policy.preferred_batch_sizes

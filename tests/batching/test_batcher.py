@@ -425,3 +425,29 @@ async def test_a_request_that_could_not_finish_by_its_deadline_is_not_started() 
     with pytest.raises(DeadlineExceededError, match="would before a batch could finish"):
         await batcher.infer(_x(4), 1, deadline_ns=time.monotonic_ns() + 20_000_000)
     await batcher.stop(1.0)
+
+
+async def test_arrivals_during_a_delay_still_complete_a_preferred_batch_at_once() -> None:
+    """The loop sleeps through arrivals that cannot end its wait, but not through the one that
+    reaches a preferred size, nor through one whose deadline comes before the delay ends."""
+    executor = Doubler()
+    batcher = Batcher(
+        "m",
+        [executor],
+        dynamic("preferred_batch_size: [3] max_queue_delay_microseconds: 10000000"),
+    )
+    await batcher.start()
+    started_s = time.monotonic()
+    first = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.01)  # the loop now waits out the 10 s delay for a batch of one
+    expiring = asyncio.create_task(
+        batcher.infer(_x(2), 1, deadline_ns=time.monotonic_ns() + 50_000_000)
+    )
+    with pytest.raises(DeadlineExceededError):
+        await expiring
+    assert time.monotonic() - started_s < 5  # dropped at its deadline, not after the delay
+    results = await asyncio.gather(first, batcher.infer(_x(3), 1), batcher.infer(_x(4), 1))
+    assert time.monotonic() - started_s < 5  # the third request made the preferred batch
+    assert [float(r.outputs["y"][0, 0]) for r in results] == [2.0, 6.0, 8.0]
+    assert [len(call) for call in executor.calls] == [3]
+    await batcher.stop(1.0)

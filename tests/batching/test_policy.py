@@ -3,6 +3,7 @@
 import pytest
 
 from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
+from batching.policy import grows_quietly
 from server.core.repository import parse_config
 
 MS = 1_000_000  # nanoseconds
@@ -171,3 +172,26 @@ def test_fair_share_and_its_weights_are_read_from_the_config() -> None:
 def test_a_bad_fair_share_weight_is_refused(weights: str) -> None:
     with pytest.raises(PolicyError, match="convoy_fair_share_weights takes CLASS=WEIGHT"):
         policy("dynamic_batching {} " + _parameters(convoy_fair_share_weights=weights))
+
+
+@pytest.mark.parametrize(
+    "preferred", ["", "preferred_batch_size: [4, 6]", "preferred_batch_size: 3"]
+)
+def test_an_arrival_grows_a_waiting_batch_quietly_exactly_when_the_choice_stays_a_wait(
+    preferred: str,
+) -> None:
+    """The batcher's loop sleeps through an arrival that `grows_quietly` allows: for every
+    waiting batch and every arrival that fits the model, that is when `next_batch` still waits."""
+    chosen = policy(f"dynamic_batching {{ {preferred} max_queue_delay_microseconds: 1000 }}")
+    for first in range(1, 9):
+        for second in range(1, 9):
+            for rows in range(1, 9):
+                waiting = queued(first, second)
+                if next_batch(waiting, chosen, 0).count:
+                    continue  # the loop would not be waiting for this batch
+                pending = first + second
+                decision = next_batch([*waiting, *queued(rows)], chosen, 0)
+                assert grows_quietly(chosen, pending, rows) == (decision.count == 0), (
+                    pending,
+                    rows,
+                )
