@@ -248,6 +248,22 @@ def write_python_model(repo: Path, name: str, source: str, config_pbtxt: str) ->
     return repo / name
 
 
+def write_repeat_model(
+    repo: Path, name: str = "repeat", extra_config: str = "", reshape: str = ""
+) -> Path:
+    """The decoupled `REPEAT_MODEL` as `<repo>/<name>` (max batch 8, INT32 COUNT -> INDEX);
+    `reshape` goes inside the input's declaration, `extra_config` after the tensors."""
+    return write_python_model(
+        repo,
+        name,
+        REPEAT_MODEL,
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+        "model_transaction_policy { decoupled: true }\n"
+        f'input [ {{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ]{reshape} }} ]\n'
+        'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n' + extra_config,
+    )
+
+
 def resnet18(seed: int = 0) -> onnx.ModelProto:
     """ResNet-18, BatchNorm folded into conv biases: [batch,3,224,224] -> [batch,1000] logits."""
     g = _GraphBuilder(np.random.default_rng(seed))

@@ -22,15 +22,8 @@ def _repository(tmp_path: Path) -> Path:
     tensors the batcher queues are not the ones the request arrived with."""
     repo = tmp_path / "repo"
     for name, reshape in (("repeat", ""), ("repeat_reshaped", " reshape { shape: [ 1, 1 ] }")):
-        models.write_python_model(
-            repo,
-            name,
-            models.REPEAT_MODEL,
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
-            "model_transaction_policy { decoupled: true }\n"
-            f'input [ {{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ]{reshape} }} ]\n'
-            'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-            "dynamic_batching { max_queue_delay_microseconds: 10000 }\n",
+        models.write_repeat_model(
+            repo, name, "dynamic_batching { max_queue_delay_microseconds: 10000 }\n", reshape
         )
     return repo
 

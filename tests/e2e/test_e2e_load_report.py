@@ -58,15 +58,7 @@ def _repository(tmp_path: Path) -> Path:
         "dynamic_batching { }\n"
         f'parameters {{ key: "gate" value: {{ string_value: "{tmp_path / "open"}" }} }}\n',
     )
-    models.write_python_model(
-        repo,
-        "repeat",
-        models.REPEAT_MODEL,
-        'name: "repeat"\nbackend: "python"\nmax_batch_size: 8\n'
-        "model_transaction_policy { decoupled: true }\n"
-        'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
-    )
+    models.write_repeat_model(repo)
     write_simple(repo)
     return place_python_models(repo, "in-process")
 

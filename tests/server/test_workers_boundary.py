@@ -70,15 +70,7 @@ def _repository(repo: Path) -> Path:
         models.identity(TensorProto.FLOAT),
         models.identity_config("identity_fp32", TensorProto.FLOAT, max_batch_size=1 << 17),
     )
-    models.write_python_model(
-        repo,
-        "repeat",
-        models.REPEAT_MODEL,
-        'name: "repeat"\nbackend: "python"\nmax_batch_size: 8\n'
-        "model_transaction_policy { decoupled: true }\n"
-        'input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
-    )
+    models.write_repeat_model(repo)
     # One instance, batches of one: a second request waits in the queue behind the first.
     models.write_python_model(
         repo,
