@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from server.contract.core import Core, StreamItem
@@ -35,6 +36,7 @@ from server.frontend.http.codec import (
 )
 from server.frontend.http.messages import Request, Response, Streamed, json_response
 from server.frontend.http.status import http_status_for
+from server.frontend.orca import FORMAT_HEADER, REPORT_HEADER, report_header, requested_format
 
 # Keys of a generate answer that are not outputs (Triton's "reserved" names).
 RESERVED = ("id", "model_name", "model_version")
@@ -141,7 +143,8 @@ class GenerateRoutes:
     def __init__(self, core: Core) -> None:
         self._core = core
 
-    async def _request(self, request: Request) -> InferRequest:
+    async def _request(self, request: Request, load_report: bool = False) -> InferRequest:
+        """The engine's request; `load_report`: its response is to carry the model's load."""
         tracing = self._core.info.tracing
         started_ns = time.monotonic_ns() if tracing else 0
         name, version = request.match_info["model"], request.match_info.get("version", "")
@@ -150,17 +153,34 @@ class GenerateRoutes:
         inputs, request_id, parameters = generate_inputs(body, io)
         options = InferOptions(parameters=parameters)
         if not tracing:
-            return InferRequest(name, version, inputs, [], options, request_id)
+            return InferRequest(
+                name, version, inputs, [], options, request_id, load_report=load_report
+            )
         carrier = trace_carrier(request.headers)
         received = Received("HTTP", started_ns, time.monotonic_ns())
         return InferRequest(
-            name, version, inputs, [], options, request_id, carrier, received=received
+            name,
+            version,
+            inputs,
+            [],
+            options,
+            request_id,
+            carrier,
+            received=received,
+            load_report=load_report,
         )
 
     async def generate(self, request: Request) -> Response:
-        decoded = await self._request(request)
+        """One JSON answer; with `endpoint-load-metrics-format`, the model's load in the
+        `endpoint-load-metrics` header, as `infer` answers."""
+        wanted = request.headers.get(FORMAT_HEADER)
+        form = None if wanted is None else requested_format((wanted,))
+        decoded = await self._request(request, load_report=form is not None)
         response = await self._core.infer(decoded)
-        return json_response(generate_answer(response, decoded.request_id))
+        answer = json_response(generate_answer(response, decoded.request_id))
+        if form is None or response.load is None:
+            return answer
+        return replace(answer, headers=((REPORT_HEADER, report_header(response.load, form)),))
 
     async def stream(self, request: Request) -> Streamed:
         """One event per response: a decoupled model's every response, any other model's one.
