@@ -6,6 +6,7 @@ import functools
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from proto import grpc_service_pb2 as pb
@@ -271,7 +272,7 @@ def encode_response_bytes(response: InferResponse, request_id: str) -> bytes:
     if response.parameters:
         return encode_response(response, request_id).SerializeToString()
     outputs = response.outputs
-    parts = [
+    parts: list[bytes | memoryview] = [
         _header(
             response.model,
             response.version,
@@ -284,10 +285,19 @@ def encode_response_bytes(response: InferResponse, request_id: str) -> bytes:
         encoded = request_id.encode()
         parts += (_ID_TAG, _varint(len(encoded)), encoded)
     for output in outputs:
-        array = output.array
-        data = b"" if array is None else encode_raw(output.spec.datatype, array)
-        parts += (_RAW_OUTPUT_TAG, _varint(len(data)), data)
+        data = _raw_view(output.spec.datatype, output.array)
+        parts += (_RAW_OUTPUT_TAG, _varint(data.nbytes), data)
     return b"".join(parts)
+
+
+def _raw_view(datatype: DataType, array: npt.NDArray[Any] | None) -> memoryview:
+    """An output's raw bytes for the join, which copies them once: a fixed-size type's array as
+    it is (made contiguous and little-endian only when it is not), BYTES encoded."""
+    if array is None:
+        return memoryview(b"")
+    if datatype.item_size_bytes == 0:
+        return memoryview(encode_raw(datatype, array))
+    return np.ascontiguousarray(array, dtype=datatype.numpy).data
 
 
 @functools.lru_cache(maxsize=_HEADERS)
