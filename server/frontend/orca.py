@@ -7,7 +7,7 @@ a balancer's header never fails a request."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from server.contract.load import LoadReport
 
@@ -23,6 +23,25 @@ def requested_format(values: Iterable[str]) -> str | None:
         if wanted in FORMATS:
             return wanted
     return None
+
+
+def metadata_format(metadata: Iterable[tuple[str, str]] | None) -> str | None:
+    """`requested_format` of a gRPC call's metadata (its keys lowercase, a key may repeat)."""
+    return requested_format(value for key, value in (metadata or ()) if key == FORMAT_HEADER)
+
+
+def header_format(headers: Mapping[str, str]) -> str | None:
+    """`requested_format` of an HTTP request's headers (looked up in any case)."""
+    wanted = headers.get(FORMAT_HEADER)
+    return None if wanted is None else requested_format((wanted,))
+
+
+def report_headers(report: LoadReport | None, form: str | None) -> tuple[tuple[str, str], ...]:
+    """The response's `endpoint-load-metrics` header when a format was asked for and the load is
+    known (the model may have been unloaded meanwhile); else none."""
+    if form is None or report is None:
+        return ()
+    return ((REPORT_HEADER, report_header(report, form)),)
 
 
 def named_metrics(report: LoadReport) -> dict[str, int | float]:

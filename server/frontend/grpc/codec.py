@@ -73,7 +73,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     raw_index = 0
     for tensor, region in zip(tensors, regions, strict=True):
         name = tensor.name
-        datatype = BY_WIRE.get(tensor.datatype) or _datatype(tensor.datatype, name)
+        datatype = _datatype(tensor.datatype, name)
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")

@@ -35,7 +35,7 @@ from server.frontend.grpc.codec import (
 )
 from server.frontend.grpc.status import status_for
 from server.frontend.grpc.stream import Outbox, stream_error, stream_message
-from server.frontend.orca import FORMAT_HEADER, REPORT_HEADER, report_header, requested_format
+from server.frontend.orca import metadata_format, report_headers
 
 _log = logging.getLogger(__name__)
 
@@ -220,12 +220,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> bytes:
         """The answer comes serialized (`encode_response_bytes`); the service's handler
         (`inference_handler`) sends bytes as they are."""
-        form = requested_format(
-            value for key, value in (context.invocation_metadata() or ()) if key == FORMAT_HEADER
-        )
+        form = metadata_format(context.invocation_metadata())  # a balancer's load report
         response = await self._core.infer(self._decoded(request, context, form is not None))
-        if form is not None and response.load is not None:  # a balancer's load report
-            context.set_trailing_metadata(((REPORT_HEADER, report_header(response.load, form)),))
+        if trailers := report_headers(response.load, form):
+            context.set_trailing_metadata(trailers)
         return encode_response_bytes(response, request.id)
 
     def _decoded(
@@ -273,9 +271,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         answers = Outbox()
         running: set[asyncio.Task[None]] = set()
         # A balancer's ask, read once as the stream opens: each response then carries the load.
-        form = requested_format(
-            value for key, value in (context.invocation_metadata() or ()) if key == FORMAT_HEADER
-        )
+        form = metadata_format(context.invocation_metadata())
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:

@@ -11,7 +11,7 @@ from proto import grpc_service_pb2 as pb
 from server.contract.errors import ServerError
 from server.contract.responses import InferResponse
 from server.frontend.grpc.codec import encode_response
-from server.frontend.orca import REPORT_HEADER, report_header
+from server.frontend.orca import report_headers
 
 
 def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
@@ -38,7 +38,7 @@ def stream_message(
 ) -> pb.ModelStreamInferResponse | None:
     """One stream response, marked with whether it is its request's last; a decoupled
     model's final flag without a response is sent (empty) only if the request enables it,
-    as Triton's. `load_format` (`orca.requested_format`'s): a response with outputs carries the
+    as Triton's. `load_format` (`orca.metadata_format`'s): a response with outputs carries the
     model's load in its `endpoint-load-metrics` parameter, the text of the unary call's header
     (a stream's trailing metadata comes only when it ends, too late for a balancer)."""
     if isinstance(item, ServerError):
@@ -47,9 +47,8 @@ def stream_message(
         message = pb.ModelStreamInferResponse()
         if item is not None:
             encode_response(item, request.id, message.infer_response)
-            if load_format is not None and item.load is not None:
-                report = report_header(item.load, load_format)
-                message.infer_response.parameters[REPORT_HEADER].string_param = report
+            for key, report in report_headers(item.load, load_format):
+                message.infer_response.parameters[key].string_param = report
         elif final and _enables_empty_final(request):
             answer = message.infer_response
             answer.model_name = request.model_name

@@ -44,7 +44,7 @@ from server.frontend.http.messages import (
 )
 from server.frontend.http.status import http_status_for
 from server.frontend.http.transport import HttpServer
-from server.frontend.orca import FORMAT_HEADER, REPORT_HEADER, report_header, requested_format
+from server.frontend.orca import header_format, report_headers
 
 # What GET /v2 advertises: the extensions this front end always implements (and CUDA shared
 # memory where a GPU serves it).
@@ -256,8 +256,7 @@ class HttpFrontEnd:
         if not isinstance(request_id, str):
             raise InvalidInputError(f"request 'id' must be a string, got {request_id!r:.80}")
         outputs, binary_outputs = requested_outputs(body)
-        wanted = request.headers.get(FORMAT_HEADER)  # a balancer's load report
-        form = None if wanted is None else requested_format((wanted,))
+        form = header_format(request.headers)  # a balancer's load report
         response = await self._core.infer(
             InferRequest(
                 name,
@@ -277,8 +276,7 @@ class HttpFrontEnd:
         headers: tuple[tuple[str, str], ...] = ()
         if header_length is not None:
             headers = ((HEADER_LENGTH, str(header_length)),)
-        if form is not None and response.load is not None:
-            headers = (*headers, (REPORT_HEADER, report_header(response.load, form)))
+        headers = (*headers, *report_headers(response.load, form))
         if header_length is None:
             return Response(200, data, "application/json", headers)
         return Response(200, data, "application/octet-stream", headers)

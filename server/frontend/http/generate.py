@@ -36,7 +36,7 @@ from server.frontend.http.codec import (
 )
 from server.frontend.http.messages import Request, Response, Streamed, json_response
 from server.frontend.http.status import http_status_for
-from server.frontend.orca import FORMAT_HEADER, REPORT_HEADER, report_header, requested_format
+from server.frontend.orca import header_format, report_headers
 
 # Keys of a generate answer that are not outputs (Triton's "reserved" names).
 RESERVED = ("id", "model_name", "model_version")
@@ -152,12 +152,6 @@ class GenerateRoutes:
         io = await self._core.model_io(name, version)
         inputs, request_id, parameters = generate_inputs(body, io)
         options = InferOptions(parameters=parameters)
-        if not tracing:
-            return InferRequest(
-                name, version, inputs, [], options, request_id, load_report=load_report
-            )
-        carrier = trace_carrier(request.headers)
-        received = Received("HTTP", started_ns, time.monotonic_ns())
         return InferRequest(
             name,
             version,
@@ -165,22 +159,19 @@ class GenerateRoutes:
             [],
             options,
             request_id,
-            carrier,
-            received=received,
+            trace_carrier(request.headers) if tracing else None,
+            received=Received("HTTP", started_ns, time.monotonic_ns()) if tracing else None,
             load_report=load_report,
         )
 
     async def generate(self, request: Request) -> Response:
         """One JSON answer; with `endpoint-load-metrics-format`, the model's load in the
         `endpoint-load-metrics` header, as `infer` answers."""
-        wanted = request.headers.get(FORMAT_HEADER)
-        form = None if wanted is None else requested_format((wanted,))
+        form = header_format(request.headers)
         decoded = await self._request(request, load_report=form is not None)
         response = await self._core.infer(decoded)
         answer = json_response(generate_answer(response, decoded.request_id))
-        if form is None or response.load is None:
-            return answer
-        return replace(answer, headers=((REPORT_HEADER, report_header(response.load, form)),))
+        return replace(answer, headers=report_headers(response.load, form))
 
     async def stream(self, request: Request) -> Streamed:
         """One event per response: a decoupled model's every response, any other model's one.
