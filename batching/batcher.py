@@ -102,11 +102,12 @@ class Batcher:
         self._quiet: _Quiet | None = None
 
     async def start(self) -> None:
+        # The loop, looked up once: each lookup reads the process id (a system call).
+        self._loop = asyncio.get_running_loop()
         self._queue = RequestQueue(self._policy)
         self._idle: deque[Executor] = deque(self._executors)
         self._retiring: list[asyncio.Future[Executor]] = []  # waiting for a busy one to return
         self._wake = Alarm()
-        self._in_flight.start()
         self._last_release: asyncio.Future[None] | None = None  # for preserve_ordering
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task = asyncio.create_task(self._run(), name=f"batcher:{self._name}")
@@ -141,7 +142,7 @@ class Batcher:
         if self._idle:
             executor = self._idle.pop()
         else:
-            returned: asyncio.Future[Executor] = asyncio.get_running_loop().create_future()
+            returned: asyncio.Future[Executor] = self._loop.create_future()
             self._retiring.append(returned)
             executor = await returned
         self._executors = tuple(e for e in self._executors if e is not executor)
@@ -172,8 +173,9 @@ class Batcher:
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
         now_ns = time.monotonic_ns()
-        level = self._policy.level_of(priority)
-        queue_policy = self._policy.queue_policies[level - 1]
+        policy = self._policy
+        level = policy.level_of(priority)
+        queue_policy = policy.queue_policies[level - 1]
         expires_ns = request_deadline_ns(queue_policy, now_ns, timeout_ns, deadline_ns)
         if expires_ns is not None and expires_ns <= now_ns + self._horizon_ns:
             raise DeadlineExceededError(
@@ -185,15 +187,15 @@ class Batcher:
         request = Queued(
             inputs=inputs,
             parameters=parameters,
-            candidate=Candidate(max(batch_size, 1), now_ns, self._policy.shape_key(inputs)),
+            candidate=Candidate(max(batch_size, 1), now_ns, policy.shape_key(inputs)),
             level=level,
             deadline_ns=queue_policy.deadline_ns(now_ns, timeout_ns),
-            future=asyncio.get_running_loop().create_future(),
+            future=self._loop.create_future(),
             device_outputs=device_outputs,
             expires_ns=expires_ns,
             share=share,
         )
-        if not self._policy.dynamic and self._idle and self._gate is None and not len(self._queue):
+        if not policy.dynamic and self._idle and self._gate is None and not len(self._queue):
             # Without dynamic batching every request runs alone: with nothing queued before it
             # and an instance free, it runs in the caller's task, without a trip through the
             # batcher's loop and a task of its own. (A dynamic batcher gathers the requests
@@ -337,7 +339,7 @@ class Batcher:
         if not self._policy.preserve_ordering:
             return None, None
         previous = self._last_release
-        release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        release: asyncio.Future[None] = self._loop.create_future()
         self._last_release = release
         return previous, release
 
@@ -353,21 +355,26 @@ class Batcher:
         batch, expired = split_expired(batch, start_ns + self._horizon_ns)
         for request in expired:
             _fail(request, self._expired(request, start_ns))
-        sizes = [request.candidate.batch_size for request in batch]
-        record: ExecutionRecord | None = None
+        # One pass over the batch for what the executor takes (this runs for every batch).
+        rows = 0
+        inputs = []
+        parameters = []
+        device_outputs = True
+        for request in batch:
+            rows += request.candidate.batch_size
+            inputs.append(request.inputs)
+            parameters.append(request.parameters)
+            device_outputs = device_outputs and request.device_outputs
         try:
             if not batch:
-                await _after(previous)
+                if previous is not None:
+                    await asyncio.shield(previous)
                 return
             if self._target is not None:
-                self._target.started(executor, start_ns, sum(sizes))
+                self._target.started(executor, start_ns, rows)
             try:
                 outcome = await executor.execute(
-                    [request.inputs for request in batch],
-                    [request.parameters for request in batch]
-                    if any(request.parameters for request in batch)
-                    else (),
-                    all(request.device_outputs for request in batch),
+                    inputs, parameters if any(parameters) else (), device_outputs
                 )
                 if len(outcome.responses) != len(batch):
                     raise ExecutorContractError(
@@ -375,42 +382,45 @@ class Batcher:
                         f"the batch's {len(batch)} requests"
                     )
             except Exception as exc:  # the batch loop never dies: fail only this batch
-                _log.warning("model '%s': batch of %d failed: %s", self._name, sum(sizes), exc)
-                self._report(ExecutionRecord(sum(sizes), len(batch), 0, 0, 0, succeeded=False))
-                await _after(previous)
+                _log.warning("model '%s': batch of %d failed: %s", self._name, rows, exc)
+                self._report(ExecutionRecord(rows, len(batch), 0, 0, 0, succeeded=False))
+                if previous is not None:
+                    await asyncio.shield(previous)
                 for request in batch:
                     _fail(request, exc)
                 return
-            record = ExecutionRecord(
-                sum(sizes),
-                len(batch),
+            input_ns, infer_ns, output_ns = (
                 outcome.compute_input_ns,
                 outcome.compute_infer_ns,
                 outcome.compute_output_ns,
-                succeeded=True,
             )
-            self._report(record)
+            self._report(
+                ExecutionRecord(rows, len(batch), input_ns, infer_ns, output_ns, succeeded=True)
+            )
             done_ns = time.monotonic_ns()
-            self._times.record(record.batch_size, done_ns - start_ns)
+            self._times.record(rows, done_ns - start_ns)
             self._horizon_ns = int(self._times.predict_ns(1, spread=0.0) or 0)
             if self._target is not None:
                 self._forming = self._target.measured(done_ns)
-            await _after(previous)
+            if previous is not None:  # preserve_ordering: after the batch dispatched before
+                await asyncio.shield(previous)
+            name = executor.name
             for request, response in zip(batch, outcome.responses, strict=True):
-                if request.future.done():  # a cancelled caller's result is dropped
+                future = request.future
+                if future.done():  # a cancelled caller's result is dropped
                     continue
                 if isinstance(response, Exception):
-                    request.future.set_exception(response)
+                    future.set_exception(response)
                 else:
-                    request.future.set_result(
+                    future.set_result(
                         RequestResult(
-                            outputs=response,
-                            queue_ns=start_ns - request.candidate.enqueue_ns,
-                            compute_input_ns=outcome.compute_input_ns,
-                            compute_infer_ns=outcome.compute_infer_ns,
-                            compute_output_ns=outcome.compute_output_ns,
-                            batch_size=record.batch_size,
-                            instance=executor.name,
+                            response,
+                            start_ns - request.candidate.enqueue_ns,
+                            input_ns,
+                            infer_ns,
+                            output_ns,
+                            rows,
+                            name,
                         )
                     )
         finally:
@@ -444,12 +454,6 @@ def request_deadline_ns(
         due_ns = now_ns + timeout_ns
         expires_ns = due_ns if expires_ns is None else min(expires_ns, due_ns)
     return expires_ns
-
-
-async def _after(previous: asyncio.Future[None] | None) -> None:
-    # preserve_ordering: answer only once the batch dispatched before this one has answered.
-    if previous is not None:
-        await asyncio.shield(previous)
 
 
 def _fail(request: Queued, error: Any) -> None:

@@ -7,14 +7,15 @@ import asyncio
 
 
 class InFlight:
-    """A counter with an idle event; `start()` makes the event on the running loop."""
+    """A counter, and a future that a wait for it to reach zero makes and its last request
+    settles: counting costs no more than the count when nobody waits, as on every request."""
 
     def __init__(self) -> None:
         self.count = 0  # requests inside `counted()`
+        self._idle: asyncio.Future[None] | None = None  # while something waits for zero
 
     def start(self) -> None:
-        self._idle = asyncio.Event()
-        self._idle.set()
+        """Kept for the owners' start(): the future is made on the loop by the first wait."""
 
     def counted(self) -> InFlight:
         """One request in flight for as long as the `with` block runs (the tracker is its own
@@ -23,18 +24,23 @@ class InFlight:
 
     def __enter__(self) -> None:
         self.count += 1
-        if self.count == 1:
-            self._idle.clear()
 
     def __exit__(self, *exc_info: object) -> None:
         self.count -= 1
-        if self.count == 0:
-            self._idle.set()
+        if self.count == 0 and self._idle is not None:
+            if not self._idle.done():
+                self._idle.set_result(None)
+            self._idle = None
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait (bounded) until nothing is in flight; True if that happened in time."""
+        if self.count == 0:
+            return True
+        if self._idle is None:
+            self._idle = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            # Shielded: one waiter's timeout leaves the future to the others.
+            await asyncio.wait_for(asyncio.shield(self._idle), timeout_s)
         except TimeoutError:
             return False
         return True

@@ -218,7 +218,6 @@ class SequenceBatcher:
         self._arrivals = 0
         self._wake = Alarm()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._in_flight.start()
         self._loop_task = asyncio.create_task(self._run(), name=f"sequences:{self._name}")
 
     @property

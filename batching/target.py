@@ -39,6 +39,9 @@ class BatchTimes:
         """A high estimate (about p99; `spread` 0: the mean) of one batch of `size`; None
         before any measurement. Between measured sizes the time is interpolated; above the
         largest it grows in proportion to the size, below the smallest it is the smallest's."""
+        mean = self.mean_ns.get(size)
+        if mean is not None:  # the common case, after every batch: no sort, no closure
+            return mean + spread * self.deviation_ns[size]
         if not self.mean_ns:
             return None
         sizes = sorted(self.mean_ns)
@@ -46,8 +49,6 @@ class BatchTimes:
         def high(known: int) -> float:
             return self.mean_ns[known] + spread * self.deviation_ns[known]
 
-        if size in self.mean_ns:
-            return high(size)
         below = [s for s in sizes if s < size]
         above = [s for s in sizes if s > size]
         if not below:

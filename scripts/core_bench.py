@@ -81,7 +81,6 @@ async def _core(args: argparse.Namespace) -> None:
         models.write_model(repo, MODEL, models.identity(TensorProto.FLOAT), CONFIG)
         repository = Repository((repo,), 1)
         engine = Engine(repository, strict_readiness=False)
-        await engine.start()
         await repository.load_many()
         core = LocalCore(engine, SharedMemory(SharedMemoryRegistry()))
         await _keep_busy(core.infer, args.in_flight, 1.0)  # warm up

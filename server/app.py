@@ -108,7 +108,6 @@ class App:
     async def start(self) -> None:
         if self.cache is not None:
             await self.cache.start()
-        await self.engine.start()
         await self._load_initial_models()
         if self._keep_alive is not None:
             await self._keep_alive.start()

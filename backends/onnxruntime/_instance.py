@@ -169,10 +169,11 @@ class OrtInstance:
         fed_ns = time.monotonic_ns()
         values = self._session.run(self._output_names, feed)
         ran_ns = time.monotonic_ns()
-        outputs = {
-            name: _from_ort_strings(value) if value.dtype == object else value
-            for name, value in zip(self._output_names, values, strict=True)
-        }
+        if self._uses_strings:  # ONNX Runtime answers strings as str objects: BYTES are bytes
+            values = [
+                _from_ort_strings(value) if value.dtype == object else value for value in values
+            ]
+        outputs = dict(zip(self._output_names, values, strict=True))
         done_ns = time.monotonic_ns()
         return Batched(outputs, (fed_ns - start_ns, ran_ns - fed_ns, done_ns - ran_ns))
 

@@ -73,7 +73,7 @@ def decode_raw(
     name: str, datatype: DataType, shape: tuple[int, ...], data: bytes
 ) -> npt.NDArray[Any]:
     """A raw buffer as an array of `shape`; fixed-size types are zero-copy views."""
-    count = element_count(_checked_shape(f"input '{name}'", shape))
+    count = _checked_count(shape, "input", name)
     if datatype.wire == "BYTES":
         return _decode_bytes(name, data, count).reshape(shape)
     expected = count * datatype.item_size_bytes
@@ -82,7 +82,7 @@ def decode_raw(
             f"unexpected total byte size {len(data)} for input '{name}', expecting {expected} "
             f"({datatype.wire} {list(shape)})"
         )
-    return np.frombuffer(data, dtype=datatype.numpy).reshape(shape)
+    return np.ndarray(shape, datatype.numpy, data)  # a view of the buffer, shaped at once
 
 
 def encode_raw(datatype: DataType, array: npt.NDArray[Any]) -> bytes:
@@ -136,7 +136,7 @@ def array_from_values(
 ) -> npt.NDArray[Any]:
     """Typed values (BYTES as bytes) as an array of `shape`; `where` and `source` name the
     tensor and the field they came from in errors."""
-    count = element_count(_checked_shape(where, shape))
+    count = _checked_count(shape, where)
     if len(values) != count:
         raise InvalidInputError(
             f"{where}: {len(values)} {datatype.wire} values in {source}, but shape "
@@ -152,19 +152,32 @@ def array_from_values(
         raise InvalidInputError(f"{where}: a value does not fit in {datatype.wire}: {exc}") from exc
 
 
-def _checked_shape(where: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """A shape NumPy can hold: at most 64 dimensions, and no more elements than an array can
-    address even when a zero dimension leaves it empty (NumPy checks the other dims' product)."""
+def _checked_count(shape: tuple[int, ...], where: str, name: str | None = None) -> int:
+    """The elements of a shape NumPy can hold: at most 64 dimensions, and no more elements than
+    an array can address even when a zero dimension leaves it empty (NumPy checks the other
+    dims' product). Errors name `where` (with `name` quoted after it, when given: the message
+    is only built for an error)."""
     if len(shape) > MAX_DIMS:
         raise InvalidInputError(
-            f"{where} has {len(shape)} dimensions; at most {MAX_DIMS} are supported"
+            f"{_where(where, name)} has {len(shape)} dimensions; at most {MAX_DIMS} are supported"
         )
-    span = 1
+    count = 1
     for dim in shape:
-        span *= max(dim, 1)
+        count *= dim
+    span = count
+    if count <= 0:  # empty (or a negative dimension): the other dimensions still count
+        span = 1
+        for dim in shape:
+            span *= max(dim, 1)
     if span > _MAX_ELEMENTS:
-        raise InvalidInputError(f"{where} has shape {list(shape)}, larger than any tensor can be")
-    return shape
+        raise InvalidInputError(
+            f"{_where(where, name)} has shape {list(shape)}, larger than any tensor can be"
+        )
+    return count
+
+
+def _where(where: str, name: str | None) -> str:
+    return where if name is None else f"{where} '{name}'"
 
 
 def element_count(shape: tuple[int, ...]) -> int:

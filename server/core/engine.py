@@ -58,9 +58,6 @@ class Engine:
         self._stopping = False
         self._in_flight = InFlight()
 
-    async def start(self) -> None:
-        self._in_flight.start()
-
     @property
     def tracing(self) -> bool:
         """Whether requests may be traced (front ends then pass their trace headers)."""
@@ -287,11 +284,11 @@ def _traced(
 
 
 def _response(target: ModelVersion, produced: Any, request: InferRequest) -> InferResponse:
-    names = request.outputs or list(target.io.outputs)
-    outputs = [
-        InferOutput(target.io.outputs[name], tuple(produced[name].shape), produced[name])
-        for name in names
-    ]
+    specs = target.io.outputs
+    outputs = []
+    for name in request.outputs or specs:
+        array = produced[name]
+        outputs.append(InferOutput(specs[name], array.shape, array))
     if request.classification:
         batched = target.io.max_batch_size > 0
         outputs = classified(outputs, request.classification, target.labels, batched)

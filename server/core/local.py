@@ -200,8 +200,12 @@ class LocalCore:
     def _answer(self, response: InferResponse, locations: Mapping[str, Location]) -> InferResponse:
         """Outputs in host memory, or written to their shared memory regions (device arrays go
         to a CUDA region as they are)."""
-        if not locations and all(type(output.array) is np.ndarray for output in response.outputs):
-            return response  # the common case: nothing to move
+        if not locations:
+            for output in response.outputs:  # a loop: a generator costs more on every request
+                if type(output.array) is not np.ndarray:
+                    break
+            else:
+                return response  # the common case: nothing to move
         outputs = []
         for output in response.outputs:
             location = locations.get(output.spec.name)

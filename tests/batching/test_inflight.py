@@ -7,7 +7,6 @@ from batching import InFlight
 
 async def test_wait_idle_returns_when_the_last_request_leaves_and_is_bounded() -> None:
     tracker = InFlight()
-    tracker.start()
     assert await tracker.wait_idle(0.01)  # nothing in flight
 
     async def request(delay_s: float) -> None:
@@ -25,10 +24,27 @@ async def test_wait_idle_returns_when_the_last_request_leaves_and_is_bounded() -
 
 async def test_a_failing_request_still_leaves() -> None:
     tracker = InFlight()
-    tracker.start()
     try:
         with tracker.counted():
             raise ValueError("boom")
     except ValueError:
         pass
     assert tracker.count == 0 and await tracker.wait_idle(0.01)
+
+
+async def test_a_waiter_that_gives_up_leaves_the_others_waiting() -> None:
+    tracker = InFlight()
+    done = asyncio.Event()
+
+    async def request() -> None:
+        with tracker.counted():
+            await done.wait()
+
+    running = asyncio.create_task(request())
+    await asyncio.sleep(0)
+    patient = asyncio.create_task(tracker.wait_idle(1.0))
+    assert not await tracker.wait_idle(0.01)  # gives up while the other still waits
+    done.set()
+    assert await patient
+    await running
+    assert await tracker.wait_idle(0.01)  # and a later drain starts afresh

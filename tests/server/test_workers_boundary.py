@@ -121,7 +121,6 @@ async def _connect(core: LocalCore, arena_bytes: int, boundary_logs: list[Any]) 
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCore]:
     repository = Repository((_repository(tmp_path_factory.mktemp("models")),), 4)
     engine = Engine(repository, strict_readiness=False)
-    await engine.start()
     await repository.load_many()
     core = LocalCore(
         engine, SharedMemory(SharedMemoryRegistry()), LogControl(LogState()), client_shm=True

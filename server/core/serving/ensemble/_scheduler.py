@@ -62,7 +62,6 @@ class EnsembleScheduler:
         self._producers = step_producers(plan)
 
     async def start(self) -> None:
-        self._in_flight.start()
         bound = self._plan.max_inflight  # 0: no limit
         self._gates = tuple(asyncio.Semaphore(bound) for _ in self._plan.steps) if bound else ()
 
