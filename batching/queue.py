@@ -67,9 +67,10 @@ class RequestQueue:
         self._deadlines: list[tuple[int, int, Queued]] = []  # heap of (deadline, seq, request)
         self._expiries: list[tuple[int, int, Queued]] = []  # heap of (expires, seq, request)
         self._seq = 0
+        self._size = 0  # active requests over all levels (read on every arrival and batch)
 
     def __len__(self) -> int:
-        return sum(level.size for level in self._levels)
+        return self._size
 
     def push(self, request: Queued) -> None:
         """Queue a request, or refuse it at once when its level is full."""
@@ -79,6 +80,7 @@ class RequestQueue:
             raise QueueFullError("Exceeds maximum queue size")
         level.waiting.append(request)
         level.size += 1
+        self._size += 1
         if request.deadline_ns is not None:
             self._seq += 1
             heapq.heappush(self._deadlines, (request.deadline_ns, self._seq, request))
@@ -91,6 +93,7 @@ class RequestQueue:
         if request.active:
             request.active = False
             self._levels[request.level - 1].size -= 1
+            self._size -= 1
 
     def expire(self, now_ns: int) -> list[Queued]:
         """Apply timeouts due by `now_ns`; returns the REJECT ones, which have left the queue."""
@@ -155,6 +158,7 @@ class RequestQueue:
                         continue
                     request.active = False
                     level.size -= 1
+                    self._size -= 1
                     taken.append(request)
                 if len(taken) == count:
                     return taken
