@@ -72,7 +72,12 @@ def check_request(
             )
         batch_size = _check_shape(io, spec, tensor.shape, batch_size)
         arrays[tensor.name] = tensor.array
-    missing = [name for name, spec in io.inputs.items() if name not in arrays and not spec.optional]
+    # Each input was checked known and unique: as many as the model has are all of them.
+    missing = (
+        [name for name, spec in io.inputs.items() if name not in arrays and not spec.optional]
+        if len(arrays) < len(io.inputs)
+        else ()
+    )
     if missing:
         raise InvalidInputError(
             f"expected {len(io.inputs)} inputs but got {len(arrays)} inputs for model "
@@ -82,7 +87,7 @@ def check_request(
     for name in outputs:
         if name not in io.outputs:
             raise InvalidInputError(f"unexpected inference output '{name}' for model '{io.model}'")
-    if len(set(outputs)) != len(outputs):  # each would be answered again: bounded by the model
+    if len(outputs) > 1 and len(set(outputs)) != len(outputs):  # each would be answered again
         repeated = sorted({name for name in outputs if outputs.count(name) > 1})
         raise InvalidInputError(
             f"outputs {repeated} are requested more than once for model '{io.model}'"

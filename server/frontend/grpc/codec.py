@@ -54,7 +54,9 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     order.
     """
     raw = request.raw_input_contents
-    tensors = list(request.inputs)  # each pass over the repeated field builds its elements anew
+    # Each pass over a repeated field builds its elements anew; a slice takes them in one call
+    # (iterating one ends in an IndexError raised and formatted inside protobuf, each time).
+    tensors = request.inputs[:]
     regions = [
         shm_location(parameters, tensor.name) if (parameters := tensor.parameters) else None
         for tensor in tensors
@@ -74,7 +76,7 @@ def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:
     for tensor, region in zip(tensors, regions, strict=True):
         name = tensor.name
         datatype = _datatype(tensor.datatype, name)
-        shape = tuple(tensor.shape)
+        shape = tuple(tensor.shape[:])  # a slice, not iteration: as the inputs above
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}' has a negative dimension: {list(shape)}")
         if region is not None:
@@ -134,7 +136,7 @@ def decode_outputs(
     names: list[str] = []
     locations: dict[str, Location] = {}
     classes: dict[str, int] = {}
-    for output in request.outputs:
+    for output in request.outputs[:]:  # a slice, not iteration: as in decode_inputs
         name = output.name
         names.append(name)
         parameters = output.parameters
