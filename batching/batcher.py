@@ -383,7 +383,8 @@ class Batcher:
                     )
             except Exception as exc:  # the batch loop never dies: fail only this batch
                 _log.warning("model '%s': batch of %d failed: %s", self._name, rows, exc)
-                self._report(ExecutionRecord(rows, len(batch), 0, 0, 0, succeeded=False))
+                if self._observer is not None:
+                    self._observer(ExecutionRecord(rows, len(batch), 0, 0, 0, False))
                 if previous is not None:
                     await asyncio.shield(previous)
                 for request in batch:
@@ -394,9 +395,10 @@ class Batcher:
                 outcome.compute_infer_ns,
                 outcome.compute_output_ns,
             )
-            self._report(
-                ExecutionRecord(rows, len(batch), input_ns, infer_ns, output_ns, succeeded=True)
-            )
+            if self._observer is not None:
+                self._observer(
+                    ExecutionRecord(rows, len(batch), input_ns, infer_ns, output_ns, True)
+                )
             done_ns = time.monotonic_ns()
             self._times.record(rows, done_ns - start_ns)
             self._horizon_ns = int(self._times.predict_ns(1, spread=0.0) or 0)
@@ -437,10 +439,6 @@ class Batcher:
                 self._quiet = None  # the loop may sleep on, but the next arrival wakes it
             if len(self._queue) or self._gate is not None:  # else nothing waits for it
                 self._wake.set()
-
-    def _report(self, record: ExecutionRecord) -> None:
-        if self._observer is not None:
-            self._observer(record)
 
 
 def request_deadline_ns(
