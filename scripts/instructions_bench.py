@@ -63,7 +63,7 @@ class _Call:
         raise AssertionError("no load report was asked for")
 
 
-def _request_bytes(model: str) -> bytes:
+def request_bytes(model: str) -> bytes:
     """perf_analyzer's request for mlp: one FP32 [1, 256] input, raw."""
     request = pb.ModelInferRequest(model_name=model)
     request.inputs.add(name="INPUT", datatype="FP32", shape=[1, 256])
@@ -73,22 +73,26 @@ def _request_bytes(model: str) -> bytes:
     return request.SerializeToString()
 
 
-async def _serve(repo: Path, model: str, requests: int, concurrency: int) -> None:
+async def serve_requests(repo: Path, model: str, requests: int, concurrency: int) -> bytes:
+    """`requests` (rounded down to `concurrency`'s multiple) through ModelInfer, `concurrency`
+    at a time, after the warm-up; the last answer, serialized."""
     repository = Repository((repo,), 1)
     await repository.load_many()
     servicer = InferenceServicer(
         LocalCore(Engine(repository, strict_readiness=False), SharedMemory(SharedMemoryRegistry())),
         "bench",
     )
-    data, call = _request_bytes(model), _Call()
+    data, call = request_bytes(model), _Call()
+    answers: list[bytes] = []
 
     async def caller(count: int) -> None:
         for _ in range(count):
-            await servicer.ModelInfer(pb.ModelInferRequest.FromString(data), call)
+            answers.append(await servicer.ModelInfer(pb.ModelInferRequest.FromString(data), call))
 
     await asyncio.gather(*(caller(WARM_UP) for _ in range(concurrency)))
     await asyncio.gather(*(caller(requests // concurrency) for _ in range(concurrency)))
     await repository.unload_all(timeout_s=1.0)
+    return answers[-1]
 
 
 def _count(repo: Path, model: str, requests: int, concurrency: int, out: Path) -> int:
@@ -133,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.child:
         repo, model, requests, concurrency = args.child
-        uvloop.run(_serve(Path(repo), model, int(requests), int(concurrency)))
+        uvloop.run(serve_requests(Path(repo), model, int(requests), int(concurrency)))
         return
     if shutil.which("valgrind") is None:
         sys.exit("instructions_bench: needs valgrind (apt-get install valgrind)")
