@@ -199,8 +199,8 @@ class WorkerProcess:
         remaining_s = _remaining_s(deadline_ns)
         if remaining_s <= 0:
             raise WorkerFailure("did not take the request in time", timed_out=True)
-        self._sock.settimeout(remaining_s)
-        try:
+        try:  # the socket may be closed under us: a watcher saw the worker end and restarts it
+            self._sock.settimeout(remaining_s)
             lease = _LEASES.get(message[0], LEASE_NONE)
             write_message(self._sock, message, self._outgoing, lease)
         except TimeoutError:
@@ -277,8 +277,8 @@ class WorkerProcess:
             remaining_s = _remaining_s(deadline_ns)
             if remaining_s <= 0:
                 raise WorkerFailure("did not answer in time", timed_out=True)
-            self._sock.settimeout(min(remaining_s, _POLL_S))
-            try:
+            try:  # settimeout too: the socket may be closed under us, as in send
+                self._sock.settimeout(min(remaining_s, _POLL_S))
                 count = self._sock.recv_into(view[got:])
             except TimeoutError:
                 # A process the model started may hold the socket open after the worker died.
