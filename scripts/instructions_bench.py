@@ -9,9 +9,9 @@ the core: engine, batcher, instance, ONNX Runtime, statistics; encode). Two case
 scripts/hotpath_bench.py's: mlp without batching at c = 1 and mlp with the seed's batching
 (preferred 8 and 16, 2 ms) at c = 32, each session on one intra-op thread so that ONNX
 Runtime's spinning pool does not count. valgrind's callgrind counts the instructions of the
-whole process at N and at 2N requests, with one hash seed; the difference over N is the cost of
-one request, start-up and warm-up cancelled out (what differs between two start-ups, a few
-million instructions, moves the figure by about 1k at the default N). `--by-library` splits it
+whole process at N and at 2N requests, with one hash seed and the objects of start-up frozen out
+of the garbage collector's passes; the difference over N is the cost of one request, start-up
+and warm-up cancelled out. `--by-library` splits it
 into the interpreter, ONNX Runtime, protobuf, NumPy and libc. Needs valgrind (Debian's
 `valgrind` package); a run takes several minutes, most of it start-up under valgrind.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import os
 import re
 import shutil
@@ -90,6 +91,9 @@ async def serve_requests(repo: Path, model: str, requests: int, concurrency: int
             answers.append(await servicer.ModelInfer(pb.ModelInferRequest.FromString(data), call))
 
     await asyncio.gather(*(caller(WARM_UP) for _ in range(concurrency)))
+    # What start-up made stays out of the collector's full passes: one more or fewer of them
+    # in one of the two runs would otherwise move the difference by millions of instructions.
+    gc.freeze()
     await asyncio.gather(*(caller(requests // concurrency) for _ in range(concurrency)))
     await repository.unload_all(timeout_s=1.0)
     return answers[-1]
