@@ -161,9 +161,7 @@ def _checked_count(shape: tuple[int, ...], where: str, name: str | None = None) 
         raise InvalidInputError(
             f"{_where(where, name)} has {len(shape)} dimensions; at most {MAX_DIMS} are supported"
         )
-    count = 1
-    for dim in shape:
-        count *= dim
+    count = element_count(shape)
     span = count
     if count <= 0:  # empty (or a negative dimension): the other dimensions still count
         span = 1
