@@ -7,6 +7,7 @@ from batching.batcher import Batcher
 from batching.errors import (
     BatcherClosedError,
     BatchingError,
+    DeadlineCancelledError,
     DeadlineExceededError,
     ExecutorContractError,
     LatencyTargetError,
@@ -58,6 +59,7 @@ __all__ = [
     "Candidate",
     "Control",
     "ControlKind",
+    "DeadlineCancelledError",
     "DeadlineExceededError",
     "Decision",
     "ExecutionGate",

@@ -18,6 +18,7 @@ from typing import Any
 from batching.alarm import Alarm
 from batching.errors import (
     BatcherClosedError,
+    DeadlineCancelledError,
     DeadlineExceededError,
     ExecutorContractError,
     RequestTimeoutError,
@@ -209,8 +210,16 @@ class Batcher:
                 result: RequestResult = await request.future
                 return result
             except asyncio.CancelledError:
-                self._queue.discard(request)  # a no-op once executing: the result is dropped
+                queued = request.active  # False once executing: the result is then dropped
+                self._queue.discard(request)
                 self._wake.set()  # the batch it waited in is smaller: the loop looks again
+                expires_ns = request.expires_ns
+                if (
+                    queued
+                    and expires_ns is not None
+                    and time.monotonic_ns() >= expires_ns - self._horizon_ns
+                ):  # its deadline, not its caller, ended it: the loop would have dropped it
+                    raise DeadlineCancelledError(self._expired(request, time.monotonic_ns())) from None
                 raise
 
     def _sleeps_through(self, request: Queued) -> bool:

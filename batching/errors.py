@@ -1,5 +1,7 @@
 """Errors raised by the batching layer."""
 
+import asyncio
+
 
 class BatchingError(Exception):
     """Base of every batching error."""
@@ -24,6 +26,13 @@ class RequestTimeoutError(BatchingError):
 class DeadlineExceededError(BatchingError):
     """The request's deadline (its client's, or its `timeout` parameter) passed before it ran;
     it was never executed."""
+
+
+class DeadlineCancelledError(asyncio.CancelledError):
+    """The caller went away at its deadline while the request still waited in the queue: a
+    cancellation (the caller's task ends cancelled), which also tells that the request expired
+    there and was never executed. Raised when the caller's deadline cancels it before the
+    batcher drops it (under load its loop may look after the deadline has passed)."""
 
 
 class LatencyTargetError(BatchingError):

@@ -12,6 +12,7 @@ from batching import (
     Batcher,
     BatcherClosedError,
     BatchPolicy,
+    DeadlineCancelledError,
     DeadlineExceededError,
     ExecutionRecord,
     ExecutorContractError,
@@ -352,6 +353,34 @@ async def test_a_request_past_its_deadline_is_dropped_unexecuted() -> None:
     assert ran == [1.0, 4.0]
     with pytest.raises(DeadlineExceededError, match="had passed when it arrived"):
         await batcher.infer(_x(5), 1, deadline_ns=time.monotonic_ns() - 1)
+    await batcher.stop(1.0)
+
+
+async def test_a_deadline_that_cancels_a_queued_request_is_told_from_its_callers_leaving() -> None:
+    # Under load the caller's deadline may cancel a queued request before the batcher's loop
+    # looks: the cancellation then says that the request expired there, unexecuted.
+    executor = Doubler(0.2)
+    batcher = Batcher("m", [executor], dynamic(""))
+    await batcher.start()
+    busy = asyncio.create_task(batcher.infer(_x(1), 1))
+    await asyncio.sleep(0.01)
+    expiring = asyncio.create_task(
+        batcher.infer(_x(2), 1, deadline_ns=time.monotonic_ns() + 30_000_000)
+    )
+    leaving = asyncio.create_task(
+        batcher.infer(_x(3), 1, deadline_ns=time.monotonic_ns() + 5_000_000_000)
+    )
+    await asyncio.sleep(0.005)  # both queued behind the running batch
+    time.sleep(0.05)  # the loop is held past the first deadline; gRPC cancels both now
+    expiring.cancel()
+    leaving.cancel()
+    with pytest.raises(DeadlineCancelledError, match="not executed"):
+        await expiring
+    with pytest.raises(asyncio.CancelledError) as left:
+        await leaving
+    assert type(left.value) is asyncio.CancelledError  # its caller left long before its deadline
+    await busy
+    assert [float(call[0]["x"][0, 0]) for call in executor.calls] == [1.0]
     await batcher.stop(1.0)
 
 

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from backends import BackendError, ModelCaller, Outputs, on_host, response_parameters
 from batching import (
+    DeadlineCancelledError,
     DeadlineExceededError,
     LatencyTargetError,
     QueueFullError,
@@ -70,6 +71,10 @@ async def submit(
         by_caller = deadline_ns and (not timeout_ns or deadline_ns <= start_ns + timeout_ns)
         reason = "CANCELED" if by_caller else "REJECTED"
         target.stats.record_failure(time.monotonic_ns() - start_ns, reason)
+        raise
+    except DeadlineCancelledError:  # its gRPC deadline cancelled it before the batcher's drop
+        target.stats.deadline_exceeded += 1
+        target.stats.record_failure(time.monotonic_ns() - start_ns, "CANCELED")
         raise
     except LatencyTargetError:
         target.stats.target_refused += 1
