@@ -31,29 +31,13 @@ from backends.device import (
 from backends.errors import ModelLoadError
 from backends.onnxruntime._accelerators import check_available, check_used
 from backends.onnxruntime._instance import (
+    NUMPY_TYPES,
     Batched,
     OrtInstance,
     bind_batch,
     read_onnx_signature,
 )
 from backends.onnxruntime._settings import OrtSettings
-
-# ONNX Runtime's type strings -> the NumPy dtype Convoy holds the values in.
-_NUMPY_TYPES: dict[str, np.dtype[Any]] = {
-    "tensor(bool)": np.dtype(np.bool_),
-    "tensor(uint8)": np.dtype(np.uint8),
-    "tensor(uint16)": np.dtype(np.uint16),
-    "tensor(uint32)": np.dtype(np.uint32),
-    "tensor(uint64)": np.dtype(np.uint64),
-    "tensor(int8)": np.dtype(np.int8),
-    "tensor(int16)": np.dtype(np.int16),
-    "tensor(int32)": np.dtype(np.int32),
-    "tensor(int64)": np.dtype(np.int64),
-    "tensor(float16)": np.dtype(np.float16),
-    "tensor(float)": np.dtype(np.float32),
-    "tensor(double)": np.dtype(np.float64),
-    "tensor(bfloat16)": np.dtype(np.uint16),
-}
 
 
 class CudaOrtInstance(OrtInstance):
@@ -142,7 +126,7 @@ class CudaOrtInstance(OrtInstance):
         # CuPy compiles a kernel on its first use per dtype: do it at load, not on a request.
         cupy = self._cupy
         dtypes = {
-            _NUMPY_TYPES[arg.type] for arg in self._session.get_inputs() if arg.type in _NUMPY_TYPES
+            NUMPY_TYPES[arg.type] for arg in self._session.get_inputs() if arg.type in NUMPY_TYPES
         }
         with cupy.cuda.Device(self.device_id), self._stream:
             for dtype in dtypes:
@@ -201,7 +185,7 @@ class CudaOrtInstance(OrtInstance):
         runtime = self._cupy.cuda.runtime
         outputs = {}
         for name, value in zip(self._output_names, values, strict=True):
-            host = pinned_empty(self._cupy, value.shape(), _NUMPY_TYPES[value.data_type()])
+            host = pinned_empty(self._cupy, value.shape(), NUMPY_TYPES[value.data_type()])
             if host.nbytes:
                 runtime.memcpyAsync(
                     host.ctypes.data,
@@ -219,7 +203,7 @@ class CudaOrtInstance(OrtInstance):
         cuda = self._cupy.cuda
         outputs = {}
         for name, value in zip(self._output_names, values, strict=True):
-            shape, dtype = tuple(value.shape()), _NUMPY_TYPES[value.data_type()]
+            shape, dtype = tuple(value.shape()), NUMPY_TYPES[value.data_type()]
             nbytes = value.tensor_size_in_bytes()
             if nbytes == 0:
                 outputs[name] = self._cupy.empty(shape, dtype)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,11 +26,15 @@ from backends.errors import BackendError, ExecutionError, InvalidTensorError, Mo
 from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
 from backends.onnxruntime._accelerators import check_available, check_used
-from backends.onnxruntime._settings import OrtSettings
+from backends.onnxruntime._settings import OrtSettings, small_work
 from proto import model_config_pb2 as mc
+
+_log = logging.getLogger(__name__)
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16; the onnx package is not a runtime dependency
 _CPU = Device.cpu()
+_CPU_PROVIDER = "CPUExecutionProvider"
+PROBE_RUNS = 5  # a load times this many batches of one (after one to warm up) and takes the fastest
 
 # ONNX Runtime's type strings -> config data types.
 _ORT_TYPES: dict[str, int] = {
@@ -47,6 +52,23 @@ _ORT_TYPES: dict[str, int] = {
     "tensor(double)": mc.TYPE_FP64,
     "tensor(string)": mc.TYPE_STRING,
     "tensor(bfloat16)": mc.TYPE_BF16,
+}
+
+# ONNX Runtime's type strings -> the NumPy dtype Convoy holds the values in.
+NUMPY_TYPES: dict[str, np.dtype[Any]] = {
+    "tensor(bool)": np.dtype(np.bool_),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(uint16)": np.dtype(np.uint16),
+    "tensor(uint32)": np.dtype(np.uint32),
+    "tensor(uint64)": np.dtype(np.uint64),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(int16)": np.dtype(np.int16),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(bfloat16)": np.dtype(np.uint16),
 }
 
 
@@ -76,14 +98,31 @@ class OrtInstance:
         for it); blocking, so call it from a thread."""
         providers = settings.accelerators.cpu_providers()
         check_available(f"instance '{name}'", providers, ort.get_available_providers())
-        try:
-            session = ort.InferenceSession(
-                str(model_path), sess_options=settings.session_options(), providers=providers
-            )
-        except Exception as exc:  # ORT raises its own exception types for bad files
-            raise ModelLoadError(f"failed to load '{model_path}': {exc}") from exc
+
+        def open_session(single_thread: bool = False) -> ort.InferenceSession:
+            try:
+                return ort.InferenceSession(
+                    str(model_path),
+                    sess_options=settings.session_options(single_thread),
+                    providers=providers,
+                )
+            except Exception as exc:  # ORT raises its own exception types for bad files
+                raise ModelLoadError(f"failed to load '{model_path}': {exc}") from exc
+
+        session = open_session()
         check_used(f"instance '{name}'", providers, session.get_providers())
-        return cls(name, session, read_onnx_signature(session))
+        signature = read_onnx_signature(session)
+        if settings.measure_pool and session.get_providers() == [_CPU_PROVIDER]:
+            fastest_us = fastest_run_us(session)
+            if fastest_us is not None and small_work(fastest_us):
+                _log.info(
+                    "instance '%s' runs single-threaded: a batch of one takes %.0f us, less than "
+                    "an intra-op pool costs",
+                    name,
+                    fastest_us,
+                )
+                session = open_session(single_thread=True)
+        return cls(name, session, signature)
 
     @property
     def name(self) -> str:
@@ -108,6 +147,12 @@ class OrtInstance:
     def providers(self) -> list[str]:
         """The execution providers the session really runs with, in ONNX Runtime's order."""
         return list(self._session.get_providers())
+
+    @property
+    def intra_op_threads(self) -> int:
+        """The session's intra-op threads (0: ONNX Runtime's own count)."""
+        threads: int = self._session.get_session_options().intra_op_num_threads
+        return threads
 
     @property
     def provider_options(self) -> dict[str, dict[str, str]]:
@@ -203,6 +248,31 @@ def bind_batch(
         binding.bind_input(name, kind, device.id, element_type, list(array.shape), address)
     for name in output_names:
         binding.bind_output(name, kind, device.id)
+
+
+def fastest_run_us(session: ort.InferenceSession) -> float | None:
+    """The fastest of `PROBE_RUNS` runs of a batch of one made of zeros (each dynamic dimension
+    1), in microseconds; None for a model that takes strings or refuses zeros (not measured)."""
+    inputs = {}
+    for arg in session.get_inputs():
+        dtype = NUMPY_TYPES.get(arg.type)
+        if dtype is None or arg.type == "tensor(bfloat16)":
+            return None
+        shape = tuple(dim if isinstance(dim, int) and dim > 0 else 1 for dim in arg.shape)
+        inputs[arg.name] = np.zeros(shape, dtype)
+    try:
+        session.run(None, inputs)
+        fastest_ns = min(_timed_ns(session, inputs) for _ in range(PROBE_RUNS))
+    except Exception:  # a model zeros do not suit keeps its pool
+        _log.debug("could not time a batch of zeros", exc_info=True)
+        return None
+    return fastest_ns / 1000
+
+
+def _timed_ns(session: ort.InferenceSession, inputs: dict[str, np.ndarray]) -> int:
+    start_ns = time.perf_counter_ns()
+    session.run(None, inputs)
+    return time.perf_counter_ns() - start_ns
 
 
 def read_onnx_signature(session: ort.InferenceSession) -> ModelSignature:

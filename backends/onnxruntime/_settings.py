@@ -21,8 +21,15 @@ _SPINNING = "session.intra_op.allow_spinning"
 _SPIN_US = "session.intra_op.spin_duration_us"
 # How long an idle intra-op thread spins before it sleeps when the config says nothing of
 # spinning: long enough to bridge the gaps between one run's operators, short enough that a
-# pool between runs gives its cores back to a busier model (measured in README, Performance).
+# pool between runs gives its cores back to a busier model (docs: ONNX Runtime threads).
 DEFAULT_SPIN_US = 50
+# A session whose threads the config does not name, and whose batch of one runs in at most this
+# long with its intra-op pool, runs single-threaded instead (`small_work`): work this small gains
+# at most half of it from a second thread, and pays more than that in the pool's wake-ups and
+# spin. mlp, 2 cores: 52 us and 130 us of CPU per run with the pool, 41 us and 39 us without it
+# (batch 16: 241 us against 83 us, both wall and CPU); served at c = 32, 14% more infer/s at 18%
+# less CPU per request (docs: ONNX Runtime threads). resnet18 takes 46 ms and keeps its pool.
+SMALL_WORK_US = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +44,8 @@ class OrtSettings:
     narrower CPU affinity keeps the explicit count, as ONNX Runtime counts the machine's cores.
     Idle threads spin for `DEFAULT_SPIN_US`, not ONNX Runtime's unbounded count: a pool
     spinning between runs takes the cores from a busier model beside it, and one that never
-    spins wakes its threads for every operator.
+    spins wakes its threads for every operator. A pool the config did not ask for is measured
+    at load, and dropped for a model whose work is smaller than its wake-ups (`small_work`).
     """
 
     intra_op_threads: int = 1  # threads inside one operator, >= 0; 0 is ONNX Runtime's choice
@@ -46,6 +54,9 @@ class OrtSettings:
     optimize_graph: bool = True  # `optimization { graph { level: -1 } }` turns this off
     allow_spinning: bool = True  # idle intra-op threads spin for work before they sleep
     spin_us: int | None = DEFAULT_SPIN_US  # for this long; None is ONNX Runtime's own spin
+    # The config names no intra-op thread count and the share gives a pool: a load measures a
+    # batch of one and keeps the pool only for work larger than `SMALL_WORK_US`.
+    measure_pool: bool = False
     # `optimization { execution_accelerators { ... } }`: TensorRT, CUDA options, OpenVINO.
     accelerators: Accelerators = field(default_factory=Accelerators)
 
@@ -72,12 +83,14 @@ class OrtSettings:
                 if _SPIN_US in params or _SPINNING not in params
                 else None  # spinning asked for by name alone: ONNX Runtime's own
             ),
+            measure_pool=intra != 1 and "intra_op_thread_count" not in params,
             accelerators=Accelerators.from_config(config),
         )
 
-    def session_options(self) -> ort.SessionOptions:
+    def session_options(self, single_thread: bool = False) -> ort.SessionOptions:
+        """ONNX Runtime's options for these settings; `single_thread`: no intra-op pool."""
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.intra_op_threads
+        options.intra_op_num_threads = 1 if single_thread else self.intra_op_threads
         options.inter_op_num_threads = self.inter_op_threads
         options.add_session_config_entry(_SPINNING, "1" if self.allow_spinning else "0")
         if self.allow_spinning and self.spin_us is not None:
@@ -93,3 +106,9 @@ class OrtSettings:
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
         return options
+
+
+def small_work(fastest_run_us: float) -> bool:
+    """Whether a session whose fastest batch of one took `fastest_run_us` with its intra-op pool
+    should run without one."""
+    return fastest_run_us <= SMALL_WORK_US

@@ -83,3 +83,17 @@ def test_garbage_file_is_a_load_error(tmp_path: Path) -> None:
     path.write_bytes(b"not an onnx model")
     with pytest.raises(ModelLoadError, match="failed to load"):
         OrtInstance.load("bad_0", path, OrtSettings())
+
+
+def test_a_pool_nobody_asked_for_is_dropped_for_small_work(tmp_path: Path) -> None:
+    path = _save(tmp_path, models.mlp())  # a batch of one takes tens of microseconds
+    measured = OrtInstance.load("mlp_0", path, OrtSettings(intra_op_threads=2, measure_pool=True))
+    assert measured.intra_op_threads == 1
+    asked = OrtInstance.load("mlp_1", path, OrtSettings(intra_op_threads=2))
+    assert asked.intra_op_threads == 2  # a count the config names is kept
+
+
+def test_a_model_zeros_cannot_time_keeps_its_pool(tmp_path: Path) -> None:
+    path = _save(tmp_path, models.bytes_identity())
+    instance = OrtInstance.load("b_0", path, OrtSettings(intra_op_threads=2, measure_pool=True))
+    assert instance.intra_op_threads == 2

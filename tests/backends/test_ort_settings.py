@@ -6,6 +6,7 @@ import pytest
 from google.protobuf import text_format
 
 from backends import ModelLoadError, OrtSettings, usable_cores
+from backends.onnxruntime._settings import SMALL_WORK_US, small_work
 from proto import model_config_pb2 as mc
 
 
@@ -123,3 +124,22 @@ def test_bad_parameter_is_a_load_error(key: str, value: str) -> None:
     )
     with pytest.raises(ModelLoadError, match=f"model 'm': parameter '{key}'"):
         OrtSettings.from_config(config, cores=2)
+
+
+def test_only_a_pool_the_config_did_not_ask_for_is_measured() -> None:
+    one = mc.ModelConfig()
+    one.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    assert OrtSettings.from_config(one, cores=2, machine_cpus=2).measure_pool  # ORT's own pool
+    two = mc.ModelConfig()
+    two.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)
+    assert not OrtSettings.from_config(two, cores=2, machine_cpus=2).measure_pool  # one each
+    assert OrtSettings.from_config(two, cores=8, machine_cpus=8).measure_pool  # four each
+    named = mc.ModelConfig()
+    named.CopyFrom(one)
+    named.parameters["intra_op_thread_count"].string_value = "2"
+    assert not OrtSettings.from_config(named, cores=2, machine_cpus=2).measure_pool
+
+
+def test_small_work_is_up_to_the_limit() -> None:
+    assert small_work(SMALL_WORK_US)
+    assert not small_work(SMALL_WORK_US + 1)
