@@ -283,7 +283,8 @@ CONFIG_SUPPORT: dict[str, str] = {
     "OpenVINO, `model.py` for Python models)",
     "parameters": "ONNX Runtime's `intra_op_thread_count` and `inter_op_thread_count` (default: "
     "the usable cores shared by the model's instances, at least one each, and ONNX Runtime's own "
-    "count for one instance free to use every CPU; `0` is ONNX Runtime's own choice; see "
+    "count for one instance free to use every CPU, except one thread for a model whose batch of "
+    "one runs within 200 us; `0` is ONNX Runtime's own choice; see "
     "[ONNX Runtime threads](../performance/onnx-threads.md)), "
     "`session.intra_op.allow_spinning` and `session.intra_op.spin_duration_us` (default: idle "
     "threads spin for 50 us, then sleep; `allow_spinning` `1` alone is ONNX Runtime's own spin, "
