@@ -109,21 +109,25 @@ def _http(server: ConvoyServer, form: str | None) -> dict[str, str]:
         return {name.lower(): value for name, value in answer.headers.items()}
 
 
-def _generate(server: ConvoyServer, form: str | None) -> dict[str, str]:
-    """The generate extension on `simple` (a JSON object of its inputs): the headers."""
+def _generate(server: ConvoyServer, form: str | None, stream: bool = False) -> dict[str, str]:
+    """The generate extension on `simple` (a JSON object of its inputs), or with `stream` its
+    `generate_stream` (one server-sent event): the headers."""
     inputs = _simple_inputs()
     body = json.dumps({f"INPUT{index}": array[0].tolist() for index, array in enumerate(inputs)})
     headers = {"Content-Type": "application/json"}
     if form is not None:
         headers[FORMAT] = form
     request = urllib.request.Request(
-        f"http://127.0.0.1:{server.http_port}/v2/models/simple/generate",
+        f"http://127.0.0.1:{server.http_port}/v2/models/simple/"
+        + ("generate_stream" if stream else "generate"),
         data=body.encode(),
         headers=headers,
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=20) as answer:
-        assert json.loads(answer.read())["OUTPUT0"] == (inputs[0] + inputs[1])[0].tolist()
+        text = answer.read().decode()
+        answered = json.loads(text.removeprefix("data: ").strip() if stream else text)
+        assert answered["OUTPUT0"] == (inputs[0] + inputs[1])[0].tolist()
         return {name.lower(): value for name, value in answer.headers.items()}
 
 
@@ -186,6 +190,8 @@ def test_a_report_is_sent_only_when_asked(server: ConvoyServer) -> None:
     assert REPORT not in _http(server, "xml")  # a format this server does not write
     assert _generate(server, "text")[REPORT].startswith(idle)
     assert REPORT not in _generate(server, None)
+    assert _generate(server, "text", stream=True)[REPORT].startswith(idle)
+    assert REPORT not in _generate(server, None, stream=True)
 
 
 def test_a_stream_opened_with_the_header_reports_in_each_response(server: ConvoyServer) -> None:
@@ -230,6 +236,7 @@ def test_the_report_holds_the_load_of_the_moment(server: ConvoyServer, tmp_path:
         assert _grpc(server, "text")[REPORT] == HELD_TEXT
         assert _http(server, "text")[REPORT] == HELD_TEXT
         assert _generate(server, "Text")[REPORT] == HELD_TEXT
+        assert _generate(server, "text", stream=True)[REPORT] == HELD_TEXT
         assert _stream(server, "text") == [(True, HELD_TEXT)] * 3
         streamed = _stream(server, "json", count=1)[0][1]
         for report in (_grpc(server, "json")[REPORT], _http(server, "JSON")[REPORT], streamed):

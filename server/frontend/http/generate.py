@@ -176,13 +176,19 @@ class GenerateRoutes:
     async def stream(self, request: Request) -> Streamed:
         """One event per response: a decoupled model's every response, any other model's one.
         A request the model failed is answered as an error event with the error's status
-        (Triton's way); one refused before it ran, as a JSON error."""
-        decoded = await self._request(request)
+        (Triton's way); one refused before it ran, as a JSON error. With
+        `endpoint-load-metrics-format`, the stream's headers carry the model's load when its
+        first response was ready."""
+        form = header_format(request.headers)
+        decoded = await self._request(request, load_report=form is not None)
         request_id = decoded.request_id
         responses = self._core.infer_stream(decoded).__aiter__()
+        headers: tuple[tuple[str, str], ...] = ()
         try:
             first: StreamItem | None = await anext(responses)
             status = 200
+            if isinstance(first[0], InferResponse):
+                headers = report_headers(first[0].load, form)
         except StopAsyncIteration:
             first, status = None, 200
         except (InternalError, UnavailableError) as exc:  # it failed to run, or was dropped
@@ -198,7 +204,7 @@ class GenerateRoutes:
             except ServerError as exc:  # mid-stream: in-band
                 yield event({"error": str(exc)})
 
-        return Streamed(status, "text/event-stream; charset=utf-8", events())
+        return Streamed(status, "text/event-stream; charset=utf-8", events(), headers)
 
 
 def _event_of(response: InferResponse | ServerError | None, request_id: str) -> bytes:

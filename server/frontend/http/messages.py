@@ -64,6 +64,7 @@ class Streamed:
     status: int
     content_type: str
     chunks: AsyncIterator[bytes]
+    headers: tuple[tuple[str, str], ...] = ()  # besides Content-Type and Transfer-Encoding
 
 
 def json_response(value: Any, status: int = 200) -> Response:

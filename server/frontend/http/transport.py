@@ -383,6 +383,7 @@ class _Connection(asyncio.Protocol):
             if self._transport is None:
                 return
             head = self._head(streamed.status, streamed.content_type, keep_alive)
+            head.extend(f"{name}: {value}\r\n" for name, value in streamed.headers)
             head.append("Transfer-Encoding: chunked\r\n\r\n")
             self._transport.write(("".join(head)).encode("latin-1"))
             async for chunk in chunks:
