@@ -1,7 +1,7 @@
 """The bare grpc.aio ceiling for scripts/bench.py: a server that answers ModelInfer with a canned
 response (no tensor decode, no batching, no model), so what it serves is grpc.aio's own limit.
 
-Usage: python scripts/canned_grpc.py CONFIG_PBTXT
+Usage: python scripts/canned_grpc.py CONFIG_PBTXT [--work-us N]
 
 It serves the one model CONFIG_PBTXT describes on a free 127.0.0.1 port, on uvloop and with the
 message size options Convoy's gRPC server sets, and prints `serving gRPC on 127.0.0.1:PORT` to
@@ -10,7 +10,9 @@ stderr once it accepts calls. Besides ModelInfer it answers what perf_analyzer a
 ModelStatistics, with zero counts) from that config; every answer is built once at start-up.
 It needs only the generated modules in `proto`, and registers its service as Convoy's server
 does (one generic handler, `server.frontend.grpc.inference_handler`), so that both pay the same
-grpc.aio floor; its ModelInfer answer is serialized once, at start-up.
+grpc.aio floor; its ModelInfer answer is serialized once, at start-up. `--work-us N` makes each
+ModelInfer hold the event loop for N us of busy work before it answers: a server whose own work
+per request takes N us, on grpc.aio's floor (scripts/handler_bench.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,7 +47,8 @@ def _datatype(data_type: int) -> str:
 class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     """Answers for one model, every one prebuilt from its config; ModelInfer echoes nothing."""
 
-    def __init__(self, config: model_config_pb2.ModelConfig) -> None:
+    def __init__(self, config: model_config_pb2.ModelConfig, work_us: int = 0) -> None:
+        self._work_ns = work_us * 1000
         batch = [-1] if config.max_batch_size > 0 else []
         self._metadata = pb.ModelMetadataResponse(
             name=config.name,
@@ -102,17 +106,21 @@ class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         return self._statistics
 
     async def ModelInfer(self, request: object, context: object) -> bytes:
+        if self._work_ns:
+            end_ns = time.perf_counter_ns() + self._work_ns
+            while time.perf_counter_ns() < end_ns:
+                pass
         return self._infer
 
 
-async def serve(config: model_config_pb2.ModelConfig) -> None:
+async def serve(config: model_config_pb2.ModelConfig, work_us: int = 0) -> None:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MESSAGE_LIMIT_BYTES),
             ("grpc.max_send_message_length", MESSAGE_LIMIT_BYTES),
         ]
     )
-    server.add_generic_rpc_handlers((inference_handler(CannedServicer(config)),))
+    server.add_generic_rpc_handlers((inference_handler(CannedServicer(config, work_us)),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)
@@ -122,11 +130,14 @@ async def serve(config: model_config_pb2.ModelConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path, help="the model's config.pbtxt")
+    parser.add_argument(
+        "--work-us", type=int, default=0, help="busy work per ModelInfer, in us (default 0)"
+    )
     args = parser.parse_args(argv)
     config = text_format.Parse(
         args.config.read_text(encoding="utf-8"), model_config_pb2.ModelConfig()
     )
-    uvloop.run(serve(config))
+    uvloop.run(serve(config, args.work_us))
     return 0
 
 

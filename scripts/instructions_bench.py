@@ -28,7 +28,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -74,9 +76,18 @@ def request_bytes(model: str) -> bytes:
     return request.SerializeToString()
 
 
-async def serve_requests(repo: Path, model: str, requests: int, concurrency: int) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What `serve_requests` did: its last answer, serialized, and how long the requests after
+    the warm-up took."""
+
+    answer: bytes
+    seconds: float
+
+
+async def serve_requests(repo: Path, model: str, requests: int, concurrency: int) -> Served:
     """`requests` (rounded down to `concurrency`'s multiple) through ModelInfer, `concurrency`
-    at a time, after the warm-up; the last answer, serialized."""
+    at a time, after the warm-up."""
     repository = Repository((repo,), 1)
     await repository.load_many()
     servicer = InferenceServicer(
@@ -94,9 +105,11 @@ async def serve_requests(repo: Path, model: str, requests: int, concurrency: int
     # What start-up made stays out of the collector's full passes: one more or fewer of them
     # in one of the two runs would otherwise move the difference by millions of instructions.
     gc.freeze()
+    started_s = time.perf_counter()
     await asyncio.gather(*(caller(requests // concurrency) for _ in range(concurrency)))
+    seconds = time.perf_counter() - started_s
     await repository.unload_all(timeout_s=1.0)
-    return answers[-1]
+    return Served(answers[-1], seconds)
 
 
 def _count(repo: Path, model: str, requests: int, concurrency: int, out: Path) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +27,16 @@ dynamic_batching { max_queue_delay_microseconds: 2000 }
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[grpcclient.InferenceServerClient]:
+    with _serving(tmp_path) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def _serving(tmp_path: Path, *options: str) -> Iterator[grpcclient.InferenceServerClient]:
     config = tmp_path / "config.pbtxt"
     config.write_text(CONFIG, encoding="utf-8")
     process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(config)], stderr=subprocess.PIPE, text=True
+        [sys.executable, str(SCRIPT), str(config), *options], stderr=subprocess.PIPE, text=True
     )
     try:
         assert process.stderr is not None
@@ -62,3 +70,13 @@ def test_infer_answers_a_canned_output_of_batch_one(
     output = client.infer("mlp_on", [tensor]).as_numpy("OUTPUT")
     assert output is not None and output.shape == (1, 10)
     assert not output.any()
+
+
+def test_work_per_request_holds_each_answer_that_long(tmp_path: Path) -> None:
+    tensor = grpcclient.InferInput("INPUT", [1, 256], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 256), dtype=np.float32))
+    with _serving(tmp_path, "--work-us", "50000") as client:
+        client.infer("mlp_on", [tensor])
+        started_s = time.monotonic()
+        client.infer("mlp_on", [tensor])
+        assert time.monotonic() - started_s >= 0.05

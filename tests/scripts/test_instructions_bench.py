@@ -25,10 +25,11 @@ def test_the_request_is_one_raw_fp32_row_of_256() -> None:
 @pytest.mark.parametrize(("concurrency", "model"), instructions_bench.CASES)
 def test_each_case_is_served_in_process(tmp_path: Path, concurrency: int, model: str) -> None:
     repo = build_repository(tmp_path)
-    answer = asyncio.run(
+    served = asyncio.run(
         instructions_bench.serve_requests(repo, model, 2 * concurrency, concurrency)
     )
-    response = pb.ModelInferResponse.FromString(answer)
+    assert served.seconds > 0
+    response = pb.ModelInferResponse.FromString(served.answer)
     assert response.model_name == model
     assert [(o.name, list(o.shape)) for o in response.outputs] == [("OUTPUT", [1, 10])]
     output = np.frombuffer(response.raw_output_contents[0], np.float32)
