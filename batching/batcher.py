@@ -213,13 +213,10 @@ class Batcher:
                 queued = request.active  # False once executing: the result is then dropped
                 self._queue.discard(request)
                 self._wake.set()  # the batch it waited in is smaller: the loop looks again
-                expires_ns = request.expires_ns
-                if (
-                    queued
-                    and expires_ns is not None
-                    and time.monotonic_ns() >= expires_ns - self._horizon_ns
-                ):  # its deadline, not its caller, ended it: the loop would have dropped it
-                    raise DeadlineCancelledError(self._expired(request, time.monotonic_ns())) from None
+                expires_ns, now_ns = request.expires_ns, time.monotonic_ns()
+                if queued and expires_ns is not None and now_ns >= expires_ns - self._horizon_ns:
+                    # Its deadline, not its caller, ended it: the loop would have dropped it.
+                    raise DeadlineCancelledError(self._expired(request, now_ns)) from None
                 raise
 
     def _sleeps_through(self, request: Queued) -> bool:
