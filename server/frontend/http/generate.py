@@ -185,10 +185,10 @@ class GenerateRoutes:
         responses = self._core.infer_stream(decoded).__aiter__()
         headers: tuple[tuple[str, str], ...] = ()
         try:
-            first: StreamItem | None = await anext(responses)
-            status = 200
-            if isinstance(first[0], InferResponse):
-                headers = report_headers(first[0].load, form)
+            item: StreamItem = await anext(responses)
+            first, status = item, 200
+            if isinstance(item[0], InferResponse):
+                headers = report_headers(item[0].load, form)
         except StopAsyncIteration:
             first, status = None, 200
         except (InternalError, UnavailableError) as exc:  # it failed to run, or was dropped
