@@ -97,3 +97,27 @@ def test_a_model_zeros_cannot_time_keeps_its_pool(tmp_path: Path) -> None:
     path = _save(tmp_path, models.bytes_identity())
     instance = OrtInstance.load("b_0", path, OrtSettings(intra_op_threads=2, measure_pool=True))
     assert instance.intra_op_threads == 2
+
+
+def test_a_dynamic_dimension_past_the_batch_keeps_the_pool(tmp_path: Path) -> None:
+    # A batch of one 1 x 1 image, or a sequence of length 1, says nothing of the real work.
+    nodes = [onnx.helper.make_node("Relu", ["X"], ["Y"])]
+    shape: list[str | int | None] = ["batch", None]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "ragged",
+        [onnx.helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [onnx.helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    instance = OrtInstance.load(
+        "r_0", _save(tmp_path, model), OrtSettings(intra_op_threads=2, measure_pool=True)
+    )
+    assert instance.intra_op_threads == 2
+
+
+def test_large_work_keeps_the_pool(tmp_path: Path) -> None:
+    path = _save(tmp_path, models.resnet18())  # tens of milliseconds per image here
+    instance = OrtInstance.load("r18_0", path, OrtSettings(intra_op_threads=2, measure_pool=True))
+    assert instance.intra_op_threads == 2
