@@ -25,7 +25,7 @@ from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
-from backends.onnxruntime._accelerators import check_available, check_used
+from backends.onnxruntime._accelerators import CPU_PROVIDER, check_available, check_used
 from backends.onnxruntime._settings import OrtSettings, small_work
 from proto import model_config_pb2 as mc
 
@@ -33,9 +33,8 @@ _log = logging.getLogger(__name__)
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16; the onnx package is not a runtime dependency
 _CPU = Device.cpu()
-_CPU_PROVIDER = "CPUExecutionProvider"
 PROBE_RUNS = 5  # a load times this many batches of one (after one to warm up) and takes the fastest
-PROBE_LARGE_US = 20_000  # a run this long ends the probe: no later run would be small work
+PROBE_LARGE_US = 20_000  # a warm-up this long ends the probe: no later run would be small work
 
 # ONNX Runtime's type strings -> config data types.
 _ORT_TYPES: dict[str, int] = {
@@ -113,7 +112,7 @@ class OrtInstance:
         session = open_session()
         check_used(f"instance '{name}'", providers, session.get_providers())
         signature = read_onnx_signature(session)
-        if settings.measure_pool and session.get_providers() == [_CPU_PROVIDER]:
+        if settings.measure_pool and session.get_providers() == [CPU_PROVIDER]:
             fastest_us = fastest_run_us(session)
             if fastest_us is not None and small_work(fastest_us):
                 _log.info(
@@ -252,9 +251,9 @@ def bind_batch(
 
 
 def fastest_run_us(session: ort.InferenceSession) -> float | None:
-    """The fastest of up to `PROBE_RUNS` runs of a batch of one made of zeros (a dynamic first
-    dimension 1), in microseconds, after one to warm up; a run that takes over
-    `PROBE_LARGE_US` ends the probe, its answer being clear. None, not measured, for a model
+    """The fastest of `PROBE_RUNS` runs of a batch of one made of zeros (a dynamic first
+    dimension 1), in microseconds, after one to warm up; a warm-up over `PROBE_LARGE_US` is the
+    answer by itself (large work). None, not measured, for a model
     that takes strings, refuses zeros, or has a dynamic dimension past the first: a size of 1
     there says nothing of the work its real inputs bring (an image's height and width, a
     sequence's length)."""
@@ -268,13 +267,9 @@ def fastest_run_us(session: ort.InferenceSession) -> float | None:
             return None
         inputs[arg.name] = np.zeros([1 if dim is None else dim for dim in shape], dtype)
     try:
-        fastest_ns = _timed_ns(session, inputs)  # the warm-up
+        fastest_ns = _timed_ns(session, inputs)  # the warm-up, which tells large work alone
         if fastest_ns <= PROBE_LARGE_US * 1000:
-            fastest_ns = _timed_ns(session, inputs)
-            for _ in range(PROBE_RUNS - 1):
-                if fastest_ns > PROBE_LARGE_US * 1000:
-                    break
-                fastest_ns = min(fastest_ns, _timed_ns(session, inputs))
+            fastest_ns = min(_timed_ns(session, inputs) for _ in range(PROBE_RUNS))
     except Exception:  # a model zeros do not suit keeps its pool
         _log.debug("could not time a batch of zeros", exc_info=True)
         return None
