@@ -183,8 +183,11 @@ class Batcher:
                 f"model '{self._name}': the request's deadline had passed when it arrived, or "
                 "would before a batch could finish; it was not executed"
             )
+        predicted_ns = 0.0
         if self._target is not None:  # raises LatencyTargetError at once when over it
-            self._target.admit(now_ns, len(self._queue), bool(self._idle), len(self._executors))
+            predicted_ns = self._target.admit(
+                now_ns, len(self._queue), bool(self._idle), len(self._executors)
+            )
         request = Queued(
             inputs=inputs,
             parameters=parameters,
@@ -195,6 +198,7 @@ class Batcher:
             device_outputs=device_outputs,
             expires_ns=expires_ns,
             share=share,
+            predicted_ns=predicted_ns,
         )
         if not policy.dynamic and self._idle and self._gate is None and not len(self._queue):
             # Without dynamic batching every request runs alone: with nothing queued before it
@@ -413,6 +417,11 @@ class Batcher:
             if previous is not None:  # preserve_ordering: after the batch dispatched before
                 await asyncio.shield(previous)
             name = executor.name
+            if self._target is not None:  # each answer against its prediction
+                for request in batch:
+                    self._target.answered(
+                        done_ns - request.candidate.enqueue_ns, request.predicted_ns
+                    )
             for request, response in zip(batch, outcome.responses, strict=True):
                 future = request.future
                 if future.done():  # a cancelled caller's result is dropped

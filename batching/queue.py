@@ -34,6 +34,7 @@ class Queued:
     device_outputs: bool = False  # its consumer reads on a device (an ensemble's next step)
     expires_ns: int | None = None  # its deadline: never executed from then on; None: none
     share: str = ""  # its fair-share class (the client's header value; "": the shared one)
+    predicted_ns: float = 0.0  # its time in the batcher as the latency target predicted it
 
 
 def split_expired(requests: Iterable[Queued], now_ns: int) -> tuple[list[Queued], list[Queued]]:

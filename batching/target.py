@@ -1,15 +1,23 @@
 """A latency target (convoy_latency_target_ms): batch times measured per batch size, and the pure
 rules the batcher keeps the target with: the batch size and delay it batches with (`plan`),
-and whether a new request can still be answered in time (`predicted_ns`, `refusal`).
+and whether a new request can still be answered in time (`predicted_ns`, `Correction`).
 
 The target is a p99 inside the server: a request that arrives just as a batch starts waits for
 that batch, then runs in the next, so two batches of b must fit in the target. Work ahead
 of a request is predicted at its mean, the request's own batch high (about its p99): the p99 of a
 sum is well below the sum of the p99s.
+
+What the prediction leaves out (the gaps between batches, an instance slowed by the work around
+it, tails heavier than the spread) is learned from the answers (`Correction`): each admitted
+request's time in the batcher over its prediction at admission, and predictions are scaled by
+the p99 of that ratio over the last answers, so a request admitted at the target's edge is late
+about one time in a hundred. The scale follows the machine both ways: up as soon as answers run
+late, down again when they run early.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 from batching.errors import LatencyTargetError
@@ -18,6 +26,11 @@ from batching.policy import BatchPolicy
 _ALPHA = 0.2  # weight of a new execution in the running mean and deviation
 _SPREAD = 3.0  # a batch's time for the p99: its mean plus this many mean absolute deviations
 _REPLAN_NS = 50_000_000  # the batch size and delay are chosen again at most this often
+_WINDOW = 512  # answers the correction is learned from
+_RELEARN = 32  # the correction is computed again after this many answers
+_QUANTILE = 0.99
+_CORRECTION_RANGE = (0.5, 4.0)
+_LEARN_FROM = 1 / 8  # the least prediction learned from, as a share of the target
 
 
 @dataclass(slots=True)
@@ -60,6 +73,28 @@ class BatchTimes:
         return high(low) + share * (high(up) - high(low))
 
 
+class Correction:
+    """How far answers run past their predictions: the p99 of (time in the batcher) / (time
+    predicted at admission) over the last `_WINDOW` answers, within `_CORRECTION_RANGE`; 1.0
+    until `_RELEARN` answers have been seen."""
+
+    __slots__ = ("_ratios", "_since", "scale")
+
+    def __init__(self) -> None:
+        self._ratios: deque[float] = deque(maxlen=_WINDOW)
+        self._since = 0
+        self.scale = 1.0
+
+    def observe(self, elapsed_ns: int, predicted_ns: float) -> None:
+        self._ratios.append(elapsed_ns / predicted_ns)
+        self._since += 1
+        if self._since >= _RELEARN:
+            self._since = 0
+            ordered = sorted(self._ratios)
+            low, high = _CORRECTION_RANGE
+            self.scale = min(high, max(low, ordered[int(_QUANTILE * (len(ordered) - 1))]))
+
+
 @dataclass(frozen=True, slots=True)
 class TargetPlan:
     """The batch bound and delay that keep the target, from the batch times measured so far."""
@@ -68,15 +103,16 @@ class TargetPlan:
     max_queue_delay_ns: int  # >= 0
 
 
-def plan(times: BatchTimes, policy: BatchPolicy) -> TargetPlan:
+def plan(times: BatchTimes, policy: BatchPolicy, scale: float = 1.0) -> TargetPlan:
     """The largest batch size b for which waiting out one batch of b (its mean) and then
     running one's own (high) fits the target, and a delay that waits for batch-mates no longer
     than the target leaves room for (and at most one batch's mean time: while an instance is
     busy for that long, requests gather anyway). The model's own max_queue_delay, when set,
-    bounds the delay; before any measurement, the config's."""
-    target_ns = policy.latency_target_ns
+    bounds the delay; before any measurement, the config's. `scale`: how far answers run past
+    predictions (`Correction`); the target is kept for predictions so scaled."""
+    target_ns = policy.latency_target_ns / scale
     configured = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
-    if target_ns <= 0 or times.predict_ns(1) is None:
+    if policy.latency_target_ns <= 0 or times.predict_ns(1) is None:
         return configured
 
     def worst_ns(size: int) -> float:  # a batch of `size` waited for, then one's own
@@ -116,14 +152,6 @@ def predicted_ns(times: BatchTimes, chosen: TargetPlan, load: Load) -> float | N
     return load.free_in_ns + rounds * full_ns + own_ns
 
 
-def refusal(times: BatchTimes, chosen: TargetPlan, load: Load, target_ns: int) -> float | None:
-    """The predicted time when it exceeds the target (the request is refused), else None."""
-    if target_ns <= 0:
-        return None
-    predicted = predicted_ns(times, chosen, load)
-    return predicted if predicted is not None and predicted > target_ns else None
-
-
 class TargetKeeper:
     """One batcher's latency target: measures its batches, chooses how batches are formed,
     and refuses at once the requests it cannot answer in time. Event-loop owned."""
@@ -136,13 +164,16 @@ class TargetKeeper:
         self.forming = policy  # the policy batches are formed with
         self._planned_ns: int | None = None
         self._running: dict[int, tuple[int, int]] = {}  # id(instance) -> (start_ns, size)
+        self.correction = Correction()
 
-    def admit(self, now_ns: int, queued: int, idle: bool, instances: int) -> None:
-        """Raise LatencyTargetError when a request arriving now would miss the target because
-        of the work ahead of it. One that would run at once is always taken: waiting elsewhere
-        would not make it faster, and its batch keeps the measured times current."""
+    def admit(self, now_ns: int, queued: int, idle: bool, instances: int) -> float:
+        """The request's predicted time in the batcher (ns; 0 for one that runs at once, or
+        before any measurement). Raise LatencyTargetError when a request arriving now would
+        miss the target because of the work ahead of it, its prediction scaled by how far
+        answers have run past theirs. One that would run at once is always taken: waiting
+        elsewhere would not make it faster, and its batch keeps the measured times current."""
         if idle and not queued:
-            return
+            return 0.0
         free_in_ns = 0.0
         if not idle and self._running:
             free_in_ns = min(
@@ -150,14 +181,18 @@ class TargetKeeper:
                 for start_ns, size in self._running.values()
             )
         load = Load(queued, int(free_in_ns), instances)
+        predicted = predicted_ns(self.times, self.chosen, load)
+        if predicted is None:
+            return 0.0
         target_ns = self._policy.latency_target_ns
-        predicted = refusal(self.times, self.chosen, load, target_ns)
-        if predicted is not None:
+        if predicted * self.correction.scale > target_ns:
             raise LatencyTargetError(
                 f"model '{self._name}' is over its latency target of {target_ns / 1e6:g} ms "
                 f"(convoy_latency_target_ms): a new request would take about "
-                f"{predicted / 1e6:.0f} ms with {queued} queued; retry later"
+                f"{predicted * self.correction.scale / 1e6:.0f} ms with {queued} queued; "
+                "retry later"
             )
+        return predicted
 
     def started(self, instance: object, start_ns: int, size: int) -> None:
         self._running[id(instance)] = (start_ns, size)
@@ -165,11 +200,19 @@ class TargetKeeper:
     def finished(self, instance: object) -> None:
         self._running.pop(id(instance), None)
 
+    def answered(self, elapsed_ns: int, predicted_ns: float) -> None:
+        """A request answered `elapsed_ns` after it was queued, predicted at admission to take
+        `predicted_ns` (0: none). Predictions under `_LEARN_FROM` of the target are not learned
+        from: fixed costs (the loop's turn, the hand-off) swell their ratio, and at most the
+        correction's largest scale they decide no refusal."""
+        if predicted_ns >= _LEARN_FROM * self._policy.latency_target_ns:
+            self.correction.observe(elapsed_ns, predicted_ns)
+
     def measured(self, end_ns: int) -> BatchPolicy:
         """After a batch (its time recorded): the policy to form batches with from now on."""
         if self._planned_ns is None or end_ns - self._planned_ns >= _REPLAN_NS:
             self._planned_ns = end_ns
-            self.chosen = plan(self.times, self._policy)
+            self.chosen = plan(self.times, self._policy, self.correction.scale)
             self.forming = bounded(self._policy, self.chosen)
         return self.forming
 

@@ -3,8 +3,11 @@ run against a fresh server on this machine.
 
   target      resnet18 with convoy_latency_target_ms 50 against the example's fixed delay: p99 of
               the accepted requests under open-loop (Poisson) loads of 0.4, 0.6 and 0.8 of the
-              fixed config's measured capacity, the share refused, the saturation throughput of
-              both, and the server time of a refusal (statistics' fail duration per failure)
+              fixed config's measured capacity, as the client saw it and inside the server (the
+              target's definition: Triton's request-duration histogram, 2.5 ms buckets), the
+              share refused, the throughput of both at saturation (16 clients that resend at
+              once, and open-loop arrivals at 2x capacity), and the server time of a refusal
+              (statistics' fail duration per failure)
   deadlines   a model whose batches of up to 2 take 40 ms, at 2x its capacity, HTTP clients
               that give up after 100 ms: goodput
               (answers within 100 ms) when they send `timeout` = 100000 us against the same
@@ -178,10 +181,41 @@ def grpc_resnet(client: grpcaio.InferenceServerClient, model: str) -> Call:
 # -- target ------------------------------------------------------------------------------------
 
 
+REQUEST_HISTOGRAM = "nv_inference_request_duration_histogram_us"
+BUCKETS_US = [2500 * i for i in range(1, 81)]  # 2.5 ms steps up to 200 ms
+
+
+def request_buckets(server: Server, model: str) -> dict[float, float]:
+    """The model's request-duration histogram: cumulative count per upper bound (us)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics") as page:
+        text = page.read().decode()
+    found = re.finditer(
+        rf'^{REQUEST_HISTOGRAM}_bucket{{le="([^"]+)",model="{model}",[^}}]*}} (\S+)$',
+        text,
+        re.MULTILINE,
+    )
+    return {float(match.group(1)): float(match.group(2)) for match in found}
+
+
+def server_p99_ms(before: dict[float, float], after: dict[float, float]) -> float:
+    """The p99 inside the server between two reads of its histogram: the upper bound of the
+    bucket that holds it (NaN without requests; inf past the last finite bucket)."""
+    counts = {bound: after[bound] - before.get(bound, 0.0) for bound in sorted(after)}
+    total = counts.get(float("inf"), 0.0)
+    if not total:
+        return float("nan")
+    return next(bound for bound, count in counts.items() if count >= 0.99 * total) / 1000
+
+
 def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None:
     repository = scratch / "target"
     fixed = write_resnet18(repository)
-    config = (fixed / "config.pbtxt").read_text()
+    metrics = (
+        "model_metrics { metric_control [ { metric_identifier { family: "
+        f'"{REQUEST_HISTOGRAM}" }} histogram_options {{ buckets: {BUCKETS_US} }} }} ] }}\n'
+    )
+    config = (fixed / "config.pbtxt").read_text() + metrics
+    (fixed / "config.pbtxt").write_text(config)
     targeted = repository / "resnet18_target"
     targeted.mkdir()
     (targeted / "1").symlink_to(fixed / "1", target_is_directory=True)
@@ -192,7 +226,7 @@ def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None
     (targeted / "config.pbtxt").write_text(
         config.replace('name: "resnet18"', 'name: "resnet18_target"') + parameter
     )
-    with serve(repository) as server:
+    with serve(repository, "--metrics-config", "histogram_latencies=true") as server:
 
         async def run() -> None:
             client = grpcaio.InferenceServerClient(server.grpc)
@@ -202,19 +236,34 @@ def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None
             saturated = await closed_loop(grpc_resnet(client, "resnet18_target"), 16, seconds)
             print(f"capacity (fixed delay, 16 in flight): {capacity:.1f} infer/s")
             print(
-                f"saturation with the {target_ms:g} ms target: {saturated:.1f} infer/s answered "
-                f"({saturated / capacity:.2f} of the fixed config's)"
+                f"saturation with the {target_ms:g} ms target, 16 clients that resend at once: "
+                f"{saturated:.1f} infer/s answered ({saturated / capacity:.2f} of the fixed "
+                "config's)"
+            )
+            answered = {}
+            for model in ("resnet18", "resnet18_target"):
+                await drain(server, model)
+                tally = Tally([])
+                started = time.monotonic()
+                await open_loop(grpc_resnet(client, model), 2 * capacity, seconds, tally)
+                answered[model] = len(tally.ok) / (time.monotonic() - started)
+            print(
+                f"saturation, open-loop arrivals at 2x capacity: fixed {answered['resnet18']:.1f}"
+                f", target {answered['resnet18_target']:.1f} infer/s answered "
+                f"({answered['resnet18_target'] / answered['resnet18']:.2f})"
             )
             for share in (0.4, 0.6, 0.8):
                 row = []
                 for model in ("resnet18", "resnet18_target"):
+                    await drain(server, model)
                     tally = Tally([])
-                    call = grpc_resnet(client, model)
-                    await open_loop(call, share * capacity, seconds, tally)
+                    before = request_buckets(server, model)
+                    await open_loop(grpc_resnet(client, model), share * capacity, seconds, tally)
+                    inside = server_p99_ms(before, request_buckets(server, model))
                     sent = len(tally.ok) + tally.refused + tally.other
                     row.append(
-                        f"{model:15s} p99 {p99_ms(tally.ok):7.1f} ms, refused "
-                        f"{tally.refused / max(sent, 1):5.1%}"
+                        f"{model:15s} p99 {p99_ms(tally.ok):6.1f} ms (server {inside:5.1f}), "
+                        f"refused {tally.refused / max(sent, 1):5.1%}"
                     )
                 print(f"  load {share:.1f} x capacity: " + " | ".join(row))
             await client.close()

@@ -12,12 +12,12 @@ import pytest
 from batching import Batcher, BatchPolicy, LatencyTargetError, Parameters, PolicyError, TensorMap
 from batching.target import (
     BatchTimes,
+    Correction,
     Load,
     TargetKeeper,
     TargetPlan,
     plan,
     predicted_ns,
-    refusal,
 )
 from server.core.repository import parse_config
 
@@ -82,7 +82,7 @@ def test_the_plan_bounds_the_batch_to_half_the_target_and_the_delay_to_what_is_l
     assert plan(times(b1=30), policy("50")) == TargetPlan(1, 0)
 
 
-def test_a_request_is_refused_when_the_work_ahead_would_take_past_the_target() -> None:
+def test_a_request_is_predicted_from_the_work_ahead_of_it() -> None:
     measured, chosen = times(b1=5, b4=10), TargetPlan(4, 0)
     # Idle: its own batch of one.
     assert predicted_ns(measured, chosen, Load(0, 0, 1)) == 5 * MS
@@ -90,12 +90,67 @@ def test_a_request_is_refused_when_the_work_ahead_would_take_past_the_target() -
     # holds 2 (6.67 ms, interpolated).
     expected = (3 + 2 * 10 + 5 + 5 / 3) * MS
     assert predicted_ns(measured, chosen, Load(9, 3 * MS, 1)) == pytest.approx(expected)
-    assert refusal(measured, chosen, Load(9, 3 * MS, 1), 30 * MS) is None
-    assert refusal(measured, chosen, Load(9, 3 * MS, 1), 29 * MS) == pytest.approx(expected)
     # Two instances take the full batches two at a time.
     assert predicted_ns(measured, chosen, Load(9, 3 * MS, 2)) == pytest.approx(expected - 10 * MS)
-    # Nothing measured yet: never refused.
-    assert refusal(BatchTimes(), chosen, Load(100, 0, 1), 1) is None
+    # Nothing measured yet: no prediction.
+    assert predicted_ns(BatchTimes(), chosen, Load(100, 0, 1)) is None
+
+
+def test_a_request_is_refused_when_its_prediction_passes_the_target() -> None:
+    keeper = TargetKeeper("m", policy("50"), times(b1=20))
+    keeper.chosen = TargetPlan(1, 0)
+    keeper.started("instance", 0, 1)
+    # At 10 ms: 10 ms left of the running batch, then its own (20): 30 ms, taken. One more
+    # queued ahead: 50 ms, still inside; two: 70 ms, refused.
+    assert keeper.admit(10 * MS, queued=0, idle=False, instances=1) == pytest.approx(30 * MS)
+    assert keeper.admit(10 * MS, queued=1, idle=False, instances=1) == pytest.approx(50 * MS)
+    with pytest.raises(LatencyTargetError, match="about 70 ms with 2 queued"):
+        keeper.admit(10 * MS, queued=2, idle=False, instances=1)
+    # One that runs at once, or nothing measured yet: taken, with no prediction.
+    assert keeper.admit(10 * MS, queued=0, idle=True, instances=1) == 0.0
+    fresh = TargetKeeper("m", policy("50"), BatchTimes())
+    assert fresh.admit(0, queued=100, idle=False, instances=1) == 0.0
+
+
+def test_the_correction_is_the_p99_of_answers_over_their_predictions() -> None:
+    correction = Correction()
+    for _ in range(31):
+        correction.observe(15 * MS, 10 * MS)
+    assert correction.scale == 1.0, "nothing learned before 32 answers"
+    correction.observe(15 * MS, 10 * MS)
+    assert correction.scale == pytest.approx(1.5)
+    # 500 answers on time and 12 at twice their prediction: the p99 is 2 (12 of 512 is 2.3%).
+    for n in range(512):
+        correction.observe((20 if n % 43 == 0 else 10) * MS, 10 * MS)
+    assert correction.scale == pytest.approx(2.0)
+    # The machine quietens: answers at 0.8 of their predictions bring it down, within bounds.
+    for _ in range(512):
+        correction.observe(8 * MS, 10 * MS)
+    assert correction.scale == pytest.approx(0.8)
+    for _ in range(512):
+        correction.observe(1 * MS, 10 * MS)
+    assert correction.scale == 0.5
+    for _ in range(512):
+        correction.observe(100 * MS, 10 * MS)
+    assert correction.scale == 4.0
+
+
+def test_answers_that_run_late_tighten_admission_and_the_plan() -> None:
+    keeper = TargetKeeper("m", policy("50"), times(b1=10, b8=40))
+    keeper.chosen = TargetPlan(1, 0)
+    keeper.started("instance", 0, 1)
+    assert keeper.admit(5 * MS, queued=2, idle=False, instances=1) == pytest.approx(35 * MS)
+    assert plan(keeper.times, policy("50")).max_batch_size == 4  # 2 x 22.9 ms fit in 50
+    for _ in range(64):  # answers take 1.5x their predictions
+        keeper.answered(45 * MS, 30 * MS)
+    with pytest.raises(LatencyTargetError, match="about 52 ms with 2 queued"):
+        keeper.admit(5 * MS, queued=2, idle=False, instances=1)
+    # The plan keeps two batches inside 50 / 1.5 ms: batches of 2 (14.3 ms) now.
+    assert keeper.measured(0).max_batch_size == 2
+    for _ in range(64):  # nor a request that ran at once (no prediction), nor a tiny one
+        keeper.answered(100 * MS, 0.0)
+        keeper.answered(100 * MS, 6 * MS)
+    assert keeper.correction.scale == pytest.approx(1.5)
 
 
 @dataclass(frozen=True)
