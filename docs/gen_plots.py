@@ -104,11 +104,14 @@ def front_ends_plot() -> None:
     )
     axis.bar(
         [p + width / 2 for p in positions],
-        [row["triton"] for row in rows],
+        [row["triton"] or 0 for row in rows],
         width,
         color=COLOURS["Triton"],
         label="Triton 2.51 live",
     )
+    for position, row in zip(positions, rows, strict=True):
+        if row["triton"] is None:  # Triton's measurement did not finish
+            axis.text(position + width / 2, 0, " no result", rotation=90, fontsize="x-small")
     axis.set_xticks(list(positions), labels, fontsize="small")
     axis.set_ylabel("infer/s")
     axis.legend(fontsize="small")
