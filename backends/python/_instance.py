@@ -284,7 +284,7 @@ class PythonInstance:
             reason = str(reply[2]) if reply[0] == "failed" else f"unexpected reply {reply[0]!r}"
             responses = [ExecutionError(f"{self._model.where()}: {reason}") for _ in requests]
             execute_ns = received_ns - sent_ns
-        return _result(responses, start_ns, sent_ns, execute_ns)
+        return _result(responses, start_ns, sent_ns, execute_ns, time.monotonic_ns())
 
     def _run_decoupled(
         self,
@@ -323,7 +323,7 @@ class PythonInstance:
             _finish(finished, emit, str(self._recover(worker, failure)))
         finally:
             self._questions.end_batch()
-        return _result([], start_ns, sent_ns, execute_ns)
+        return _result([], start_ns, sent_ns, execute_ns, time.monotonic_ns())
 
     def _answered(
         self, worker: WorkerProcess | LocalWorker, batch: int, deadline_ns: int
@@ -490,15 +490,17 @@ def _finish(finished: list[bool], emit: ResponseSend, message: str) -> None:
 
 
 def _result(
-    responses: list[Response], start_ns: int, sent_ns: int, execute_ns: int
+    responses: list[Response], start_ns: int, sent_ns: int, execute_ns: int, done_ns: int
 ) -> ExecutionResult:
-    """Timings from this side's clock; the worker's execute time (0: unknown) is capped to the
-    time since sending, since the worker may start before the last byte is sent here."""
-    done_ns = time.monotonic_ns()
-    execute_ns = min(execute_ns, done_ns - sent_ns) or done_ns - sent_ns
-    return ExecutionResult(
-        responses, sent_ns - start_ns, execute_ns, done_ns - sent_ns - execute_ns
-    )
+    """The batch's phases from this side's clock: it started at `start_ns`, its message was
+    sent by `sent_ns`, its answer was read by `done_ns`; `execute_ns` is the worker's own time
+    in execute (0: unknown, then all the time since sending). Execute is capped to the whole;
+    the input phase is the send, less what execute overlapped of it (a worker may start before
+    the last byte is sent, and an in-process one runs inside the send); output is the rest."""
+    total_ns = done_ns - start_ns
+    execute_ns = min(execute_ns, total_ns) or done_ns - sent_ns
+    input_ns = min(sent_ns - start_ns, total_ns - execute_ns)
+    return ExecutionResult(responses, input_ns, execute_ns, total_ns - input_ns - execute_ns)
 
 
 def _worker_spec(

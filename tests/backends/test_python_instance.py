@@ -374,3 +374,34 @@ async def test_close_runs_finalize_and_is_bounded(load: Loader, tmp_path: Path) 
     assert (tmp_path / "stuck" / "finalized").exists()
     with pytest.raises(ExecutionError, match="closed"):
         await stuck.execute(_rows(5))
+
+
+SLEEPER = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.05)
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("SUM", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()),
+                pb_utils.Tensor("COUNT", np.zeros((1, 1), np.int64)),
+            ])
+            for r in requests
+        ]
+"""
+IN_PROCESS = 'parameters { key: "convoy_in_process" value { string_value: "true" } }'
+
+
+@pytest.mark.parametrize("where", ["worker", "in process"])
+async def test_execute_time_is_counted_as_inference_in_either_mode(
+    load: Loader, where: str
+) -> None:
+    config = BATCHED + (IN_PROCESS if where == "in process" else "")
+    result = await load("sleeper", SLEEPER, config).execute(_rows(1))
+    assert result.compute_infer_ns >= 50_000_000
+    assert result.compute_input_ns < 25_000_000, "execute's time is not the input's"
