@@ -26,7 +26,7 @@ from batching.policy import BatchPolicy
 _ALPHA = 0.2  # weight of a new execution in the running mean and deviation
 _SPREAD = 3.0  # a batch's time for the p99: its mean plus this many mean absolute deviations
 _REPLAN_NS = 50_000_000  # the batch size and delay are chosen again at most this often
-_WINDOW = 512  # answers the correction is learned from
+_WINDOW = 256  # answers the correction is learned from
 _RELEARN = 32  # the correction is computed again after this many answers
 _QUANTILE = 0.99
 _CORRECTION_RANGE = (0.5, 4.0)
@@ -167,13 +167,15 @@ class TargetKeeper:
         self.correction = Correction()
 
     def admit(self, now_ns: int, queued: int, idle: bool, instances: int) -> float:
-        """The request's predicted time in the batcher (ns; 0 for one that runs at once, or
-        before any measurement). Raise LatencyTargetError when a request arriving now would
-        miss the target because of the work ahead of it, its prediction scaled by how far
-        answers have run past theirs. One that would run at once is always taken: waiting
-        elsewhere would not make it faster, and its batch keeps the measured times current."""
-        if idle and not queued:
-            return 0.0
+        """The request's predicted time in the batcher (ns; 0 before any measurement). Raise
+        LatencyTargetError when a request arriving now would miss the target because of the
+        work ahead of it, its prediction scaled by how far answers have run past theirs. One
+        that would run at once is always taken: waiting elsewhere would not make it faster, and
+        its batch keeps the measured times current. It is predicted all the same: were only the
+        requests with work ahead learned from, a high scale that refuses them would never
+        learn that it could come down."""
+        if idle and not queued:  # taken; predicted, so that the correction learns from it
+            return predicted_ns(self.times, self.chosen, Load(0, 0, instances)) or 0.0
         free_in_ns = 0.0
         if not idle and self._running:
             free_in_ns = min(
