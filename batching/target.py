@@ -8,11 +8,11 @@ of a request is predicted at its mean, the request's own batch high (about its p
 sum is well below the sum of the p99s.
 
 What the prediction leaves out (the gaps between batches, an instance slowed by the work around
-it, tails heavier than the spread) is learned from the answers (`Correction`): each admitted
-request's time in the batcher over its prediction at admission, and predictions are scaled by
-the p99 of that ratio over the last answers, so a request admitted at the target's edge is late
-about one time in a hundred. The scale follows the machine both ways: up as soon as answers run
-late, down again when they run early.
+it, tails heavier than the spread) is learned from the answers (`Correction`): each taken
+request's time in the batcher over its prediction when it was taken (for one that ran at once,
+its own batch's), and predictions are scaled by the p99 of that ratio over the last answers, so
+a request admitted at the target's edge is late about one time in a hundred. The scale follows
+the machine both ways: up as soon as answers run late, down again when they run early.
 """
 
 from __future__ import annotations
@@ -205,8 +205,8 @@ class TargetKeeper:
     def answered(self, elapsed_ns: int, predicted_ns: float) -> None:
         """A request answered `elapsed_ns` after it was queued, predicted at admission to take
         `predicted_ns` (0: none). Predictions under `_LEARN_FROM` of the target are not learned
-        from: fixed costs (the loop's turn, the hand-off) swell their ratio, and at most the
-        correction's largest scale they decide no refusal."""
+        from: fixed costs (the loop's turn, the hand-off) swell their ratio, and even scaled by
+        the correction's largest value they stay under half the target, so they refuse nothing."""
         if predicted_ns >= _LEARN_FROM * self._policy.latency_target_ns:
             self.correction.observe(elapsed_ns, predicted_ns)
 
