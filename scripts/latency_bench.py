@@ -90,10 +90,14 @@ def statistics(server: Server, model: str) -> dict[str, int]:
     }
 
 
+def metrics_page(server: Server) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics") as page:
+        return str(page.read().decode())
+
+
 def metric(server: Server, name: str, model: str) -> float:
     """A model's sample on the metrics page (0 while the page has none)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics") as page:
-        text = page.read().decode()
+    text = metrics_page(server)
     found = re.search(rf'^{name}{{model="{model}"[^}}]*}} (\S+)$', text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 
@@ -187,11 +191,9 @@ BUCKETS_US = [2500 * i for i in range(1, 81)]  # 2.5 ms steps up to 200 ms
 
 def request_buckets(server: Server, model: str) -> dict[float, float]:
     """The model's request-duration histogram: cumulative count per upper bound (us)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics") as page:
-        text = page.read().decode()
     found = re.finditer(
         rf'^{REQUEST_HISTOGRAM}_bucket{{le="([^"]+)",model="{model}",[^}}]*}} (\S+)$',
-        text,
+        metrics_page(server),
         re.MULTILINE,
     )
     return {float(match.group(1)): float(match.group(2)) for match in found}
