@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import uvloop
 
 from server.app import App, convoy_version
+from server.contract.allocator import keep_large_buffers
 from server.contract.errors import ServerError
 from server.contract.logs import LogControl
 from server.options import (
@@ -81,6 +82,8 @@ def _run(settings: ServerSettings, notes: Sequence[str]) -> int:
         return 1
     for note in notes:
         _log.warning("%s", note)
+    if keep_large_buffers(os.environ):  # this process's malloc, and the processes it starts
+        _log.debug("malloc keeps large buffers: mmap and trim thresholds raised")
     try:
         return uvloop.run(serve(settings, logs))
     except (OSError, ValueError, ServerError) as exc:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -281,10 +281,17 @@ def metric(text: str, name: str, **labels: str) -> float:
 class ConvoyServer:
     """One `python -m server serve` process on free ports, its stderr in a log file."""
 
-    def __init__(self, repository: Path, log_path: Path, *flags: str) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        log_path: Path,
+        *flags: str,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.repository = repository
         self.log_path = log_path
         self.flags = flags
+        self.env = env  # the process's whole environment; None: this one's
         self.grpc_port = 0
         self.metrics_port = 0
         self.http_port = 0  # 0 while HTTP is off
@@ -308,7 +315,11 @@ class ConvoyServer:
         command = serve_command(self.repository, *self.flags)
         with self.log_path.open("wb") as log_file:
             self.process = subprocess.Popen(
-                command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log_file
+                command,
+                cwd=REPO_ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=log_file,
+                env=None if self.env is None else dict(self.env),
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
