@@ -184,6 +184,15 @@ def build_repository(root: Path) -> Path:
     return repo
 
 
+def server_commands(repo: Path) -> tuple[list[str], list[str]]:
+    """Convoy's command line on `repo` (free ports), and the bare server's on its `mlp_on`."""
+    convoy = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
+    convoy += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
+    canned = [sys.executable, str(REPO_ROOT / "scripts" / "canned_grpc.py")]
+    canned.append(str(repo / "mlp_on" / "config.pbtxt"))
+    return convoy, canned
+
+
 def classify(stack: Sequence[str]) -> str:
     """The stage of one sample, from its frames (outermost first): the stage of its innermost
     frame that a stage's marker names; else Convoy's, when a frame of its packages below the
@@ -238,11 +247,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hotpath-") as scratch_dir:
         scratch = Path(scratch_dir)
-        repo = build_repository(scratch)
-        convoy = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
-        convoy += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
-        canned = [sys.executable, str(REPO_ROOT / "scripts" / "canned_grpc.py")]
-        canned.append(str(repo / "mlp_on" / "config.pbtxt"))
+        convoy, canned = server_commands(build_repository(scratch))
         window = args.window_ms
 
         def run(url: str, model: str, c: int, front_end: str, pid: int) -> Run:

@@ -37,9 +37,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.bench_drivers import REPO_ROOT, perf_analyzer_command, server_process
+from scripts.bench_drivers import perf_analyzer_command, server_process
 from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
-from scripts.hotpath_bench import LEVELS, build_repository
+from scripts.hotpath_bench import LEVELS, build_repository, server_commands
 
 # The libraries a sample's instruction may be in, by a part of the file's name; the first that
 # matches names it.
@@ -175,11 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("loop_bench: no perf on PATH: threads only", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="loop-") as scratch_dir:
         scratch = Path(scratch_dir)
-        repo = build_repository(scratch)
-        convoy = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
-        convoy += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
-        canned = [sys.executable, str(REPO_ROOT / "scripts" / "canned_grpc.py")]
-        canned.append(str(repo / "mlp_on" / "config.pbtxt"))
+        convoy, canned = server_commands(build_repository(scratch))
         columns: list[tuple[str, Reading]] = []
         with (
             server_process(canned, scratch / "canned.log", GRPC_LINE) as (bare_pid, (bare,)),
