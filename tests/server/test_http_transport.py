@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 import uvloop
 
-from server.frontend.http.messages import Request, Response, Router, Streamed, json_response
+from server.frontend.http.messages import (
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    Request,
+    Response,
+    Router,
+    Streamed,
+    json_response,
+)
 from server.frontend.http.transport import MAX_HEAD_BYTES, HttpServer
 
 LIMIT_BYTES = 1024
@@ -267,3 +275,23 @@ async def test_stop_finishes_the_answer_under_way_and_closes_idle_connections() 
 )
 def test_the_same_on_uvloop(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     uvloop.run(scenario())  # the server's loop
+
+
+def test_the_router_answers_the_same_whether_a_path_is_new_or_asked_again() -> None:
+    router = _router()
+    for _ in range(2):  # the second time from what it kept
+        found = router.resolve("GET", "/v2/models/m%2Fone")
+        assert not isinstance(found, int)
+        assert found[0] is not None and dict(found[1]) == {"model": "m/one"}
+        assert router.resolve("DELETE", "/v2/models/m") == METHOD_NOT_ALLOWED
+        assert router.resolve("GET", "/v2/nothing/here") == NOT_FOUND
+    # A route added later is found for a path that was not found before it.
+    router.add("GET", "/v2/nothing/{what}", _echo)
+    found = router.resolve("GET", "/v2/nothing/here")
+    assert not isinstance(found, int) and dict(found[1]) == {"what": "here"}
+    # Many distinct paths (a scan, or many models) are each answered right, the first again too.
+    for index in range(3000):
+        found = router.resolve("POST", f"/v2/models/m{index}/infer")
+        assert not isinstance(found, int) and found[1]["model"] == f"m{index}"
+    found = router.resolve("POST", "/v2/models/m0/infer")
+    assert not isinstance(found, int) and found[1]["model"] == "m0"

@@ -74,6 +74,7 @@ def json_response(value: Any, status: int = 200) -> Response:
 Handler = Callable[[Request], Awaitable[Response | Streamed]]
 NOT_FOUND = 404
 METHOD_NOT_ALLOWED = 405
+_RESOLVED = 1024  # (method, path) answers a router keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +85,15 @@ class _Route:
 
 class Router:
     """Paths like `/v2/models/{model}/infer` to handlers by method; a placeholder takes one path
-    segment. Routes are tried in the order added, among those with the path's segment count."""
+    segment. Routes are tried in the order added, among those with the path's segment count;
+    the last `_RESOLVED` answers are kept (a client asks the same few paths again and again)."""
 
     def __init__(self) -> None:
         self._routes: dict[int, list[_Route]] = {}
+        self._resolved: dict[tuple[str, str], tuple[Handler, Mapping[str, str]] | int] = {}
 
     def add(self, method: str, template: str, handler: Handler) -> None:
+        self._resolved.clear()
         segments = tuple(template.split("/"))
         routes = self._routes.setdefault(len(segments), [])
         for route in routes:
@@ -98,9 +102,19 @@ class Router:
                 return
         routes.append(_Route(segments, {method: handler}))
 
-    def resolve(self, method: str, path: str) -> tuple[Handler, dict[str, str]] | int:
+    def resolve(self, method: str, path: str) -> tuple[Handler, Mapping[str, str]] | int:
         """The handler and its placeholders' values; NOT_FOUND, or METHOD_NOT_ALLOWED for a
         path that other methods serve."""
+        key = (method, path)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._match(method, path)
+            if len(self._resolved) >= _RESOLVED:  # bounded whatever paths clients send
+                self._resolved.clear()
+            self._resolved[key] = found
+        return found
+
+    def _match(self, method: str, path: str) -> tuple[Handler, Mapping[str, str]] | int:
         parts = path.split("/")
         found_path = False
         for route in self._routes.get(len(parts), ()):
