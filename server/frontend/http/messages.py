@@ -86,7 +86,8 @@ class _Route:
 class Router:
     """Paths like `/v2/models/{model}/infer` to handlers by method; a placeholder takes one path
     segment. Routes are tried in the order added, among those with the path's segment count;
-    the last `_RESOLVED` answers are kept (a client asks the same few paths again and again)."""
+    up to `_RESOLVED` answers are kept, all let go when full (a client asks the same few paths
+    again and again)."""
 
     def __init__(self) -> None:
         self._routes: dict[int, list[_Route]] = {}
