@@ -3,6 +3,7 @@ a whole response or a streamed one, and the route table that picks the handler f
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -86,15 +87,15 @@ class _Route:
 class Router:
     """Paths like `/v2/models/{model}/infer` to handlers by method; a placeholder takes one path
     segment. Routes are tried in the order added, among those with the path's segment count;
-    up to `_RESOLVED` answers are kept, all let go when full (a client asks the same few paths
-    again and again)."""
+    the `_RESOLVED` answers used last are kept (a client asks the same few paths again and
+    again)."""
 
     def __init__(self) -> None:
         self._routes: dict[int, list[_Route]] = {}
-        self._resolved: dict[tuple[str, str], tuple[Handler, Mapping[str, str]] | int] = {}
+        self._resolved = functools.lru_cache(maxsize=_RESOLVED)(self._match)
 
     def add(self, method: str, template: str, handler: Handler) -> None:
-        self._resolved.clear()
+        self._resolved.cache_clear()
         segments = tuple(template.split("/"))
         routes = self._routes.setdefault(len(segments), [])
         for route in routes:
@@ -106,14 +107,7 @@ class Router:
     def resolve(self, method: str, path: str) -> tuple[Handler, Mapping[str, str]] | int:
         """The handler and its placeholders' values; NOT_FOUND, or METHOD_NOT_ALLOWED for a
         path that other methods serve."""
-        key = (method, path)
-        found = self._resolved.get(key)
-        if found is None:
-            found = self._match(method, path)
-            if len(self._resolved) >= _RESOLVED:  # bounded whatever paths clients send
-                self._resolved.clear()
-            self._resolved[key] = found
-        return found
+        return self._resolved(method, path)
 
     def _match(self, method: str, path: str) -> tuple[Handler, Mapping[str, str]] | int:
         parts = path.split("/")
