@@ -36,7 +36,13 @@ class DeadlineCancelledError(asyncio.CancelledError):
 
 
 class LatencyTargetError(BatchingError):
-    """The model's latency target could not be kept for the request: refused on arrival."""
+    """The model's latency target could not be kept for the request: refused on arrival.
+    `retry_after_ns`: when to come back; at least the time the work ahead of it takes to shrink
+    by the excess, and later when other refused requests were told that turn first."""
+
+    def __init__(self, message: str, retry_after_ns: int) -> None:
+        super().__init__(message)
+        self.retry_after_ns = retry_after_ns
 
 
 class ExecutorContractError(BatchingError):

@@ -17,6 +17,7 @@ the machine both ways: up as soon as answers run late, down again when they run 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +32,7 @@ _RELEARN = 32  # the correction is computed again after this many answers
 _QUANTILE = 0.99
 _CORRECTION_RANGE = (0.5, 4.0)
 _LEARN_FROM = 1 / 8  # the least prediction learned from, as a share of the target
+_LEAST_RETRY_NS = 1_000_000  # a refusal's retry hint is never under a millisecond
 
 
 @dataclass(slots=True)
@@ -165,6 +167,7 @@ class TargetKeeper:
         self._planned_ns: int | None = None
         self._running: dict[int, tuple[int, int]] = {}  # id(instance) -> (start_ns, size)
         self.correction = Correction()
+        self._next_turn_ns = 0  # the earliest retry a refusal may be told (`admit`)
 
     def admit(self, now_ns: int, queued: int, idle: bool, instances: int) -> float:
         """The request's predicted time in the batcher (ns; 0 before any measurement). Raise
@@ -187,14 +190,29 @@ class TargetKeeper:
         if predicted is None:
             return 0.0
         target_ns = self._policy.latency_target_ns
-        if predicted * self.correction.scale > target_ns:
+        expected_ns = predicted * self.correction.scale
+        if expected_ns > target_ns:
+            # The request would fit once the work ahead has run for the excess; each refusal is
+            # told a turn one request's share of a batch after the last one told, so that
+            # clients refused together come back spread out rather than all at once.
+            turn_ns = max(now_ns + int(expected_ns - target_ns), self._next_turn_ns)
+            self._next_turn_ns = turn_ns + self._request_share_ns(instances)
+            retry_after_ns = max(turn_ns - now_ns, _LEAST_RETRY_NS)
             raise LatencyTargetError(
                 f"model '{self._name}' is over its latency target of {target_ns / 1e6:g} ms "
                 f"(convoy_latency_target_ms): a new request would take about "
-                f"{predicted * self.correction.scale / 1e6:.0f} ms with {queued} queued; "
-                "retry later"
+                f"{expected_ns / 1e6:.0f} ms with {queued} queued; "
+                f"retry in {math.ceil(retry_after_ns / 1e6)} ms",
+                retry_after_ns,
             )
         return predicted
+
+    def _request_share_ns(self, instances: int) -> int:
+        """One request's share of the machine: a batch of the chosen size's mean time over its
+        size and the instances that run such batches side by side."""
+        size = self.chosen.max_batch_size
+        batch_ns = self.times.predict_ns(size, spread=0.0) or 0.0
+        return int(batch_ns / size / max(instances, 1))
 
     def started(self, instance: object, start_ns: int, size: int) -> None:
         self._running[id(instance)] = (start_ns, size)

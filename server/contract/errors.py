@@ -62,7 +62,12 @@ class RegionNotFoundError(ServerError):
 
 class UnavailableError(ServerError):
     """The core refused or dropped a request for now (queue full, timed out in the queue, the
-    version closing); the same request may succeed later."""
+    version closing); the same request may succeed later: after `retry_after_ms`, where the
+    core can tell (a model over its latency target), which gRPC carries to its clients."""
+
+    def __init__(self, message: str = "", retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
 
 
 class DeadlineExceededError(ServerError):

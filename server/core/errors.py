@@ -3,6 +3,8 @@ that a front end, in this process or another, sees only `ServerError`s; the mess
 
 from __future__ import annotations
 
+import math
+
 from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from batching import (
     BatcherClosedError,
@@ -38,6 +40,8 @@ LOWER_ERROR_BASES: tuple[type[Exception], ...] = (BackendError, BatchingError)
 
 def contract_error(error: BackendError | BatchingError) -> contract.ServerError:
     """The contract's error for a lower package's (its nearest mapped class; else internal)."""
+    if isinstance(error, LatencyTargetError):  # the one that knows when to come back
+        return contract.UnavailableError(str(error), math.ceil(error.retry_after_ns / 1e6))
     for cls in type(error).__mro__:
         kind = CONTRACT_ERRORS.get(cls)
         if kind is not None:

@@ -82,7 +82,7 @@ class CoreClient:
             self._abandon(rid)
             raise
         if message[0] == messages.FAILED:
-            raise messages.error_of(message[3], message[4])
+            raise messages.failed_error(message)
         response = messages.decode_answer(message, self._outputs, self._release_output)
         assert response is not None  # a unary answer always has outputs
         return response
@@ -97,7 +97,7 @@ class CoreClient:
                 if kind == messages.DONE:
                     return
                 if kind == messages.FAILED and not message[5]:  # refused or failed as a whole
-                    raise messages.error_of(message[3], message[4])
+                    raise messages.failed_error(message)
                 yield messages.stream_item(message, self._outputs, self._release_output)
                 if message[2]:
                     return

@@ -22,7 +22,7 @@ from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
 from server.contract.core import StreamItem
 from server.contract.datatypes import BY_WIRE, DataType, decode_raw, encode_raw
-from server.contract.errors import InternalError, ServerError
+from server.contract.errors import InternalError, ServerError, UnavailableError
 from server.contract.load import LoadReport
 from server.contract.model_io import ModelIO, TensorSpec
 from server.contract.requests import (
@@ -50,8 +50,9 @@ WELCOME = "welcome"  # (WELCOME, front-end settings, tracing, cuda_shm, serving,
 ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, parameters | None,
 #                   load | None): outputs None, a final flag alone; parameters, the response
 #                   parameters; load, the LoadReport's fields when the request asked for it
-FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band): in_band, one response
-#                    of a stream failed; else the request failed as a whole (and final is True)
+FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band, retry_after_ms):
+#                    in_band, one response of a stream failed; else the request failed as a
+#                    whole (and final is True); retry_after_ms, an UnavailableError's or None
 DONE = "done"  # (DONE, rid): a stream ended without a final response
 RESULT = "result"  # (RESULT, cid, value)
 REFUSED = "refused"  # (REFUSED, cid, error class, message)
@@ -87,6 +88,14 @@ def error_message(error: ServerError) -> tuple[str, str]:
 def error_of(name: str, message: str) -> ServerError:
     """The contract error a peer named (an unknown name: internal)."""
     return _ERRORS.get(name, InternalError)(message)
+
+
+def failed_error(message: Message) -> ServerError:
+    """The error of a FAILED message, with the retry hint it carries."""
+    error = error_of(message[3], message[4])
+    if isinstance(error, UnavailableError):
+        error.retry_after_ms = message[6]
+    return error
 
 
 def encode_infer(
@@ -223,13 +232,14 @@ def _decode_output(tensor: tuple[Any, ...], outputs: Arena, release: Released) -
 def encode_failed(
     rid: int, error: ServerError, final: bool = True, in_band: bool = False
 ) -> Message:
-    return (FAILED, rid, final, *error_message(error), in_band)
+    retry_after_ms = error.retry_after_ms if isinstance(error, UnavailableError) else None
+    return (FAILED, rid, final, *error_message(error), in_band, retry_after_ms)
 
 
 def stream_item(message: Message, outputs: Arena, release: Released) -> StreamItem:
     """An ANSWER or in-band FAILED message as a stream item."""
     if message[0] == FAILED:
-        return error_of(message[3], message[4]), message[2]
+        return failed_error(message), message[2]
     return decode_answer(message, outputs, release), message[2]
 
 

@@ -104,8 +104,23 @@ def test_a_request_is_refused_when_its_prediction_passes_the_target() -> None:
     # queued ahead: 50 ms, still inside; two: 70 ms, refused.
     assert keeper.admit(10 * MS, queued=0, idle=False, instances=1) == pytest.approx(30 * MS)
     assert keeper.admit(10 * MS, queued=1, idle=False, instances=1) == pytest.approx(50 * MS)
-    with pytest.raises(LatencyTargetError, match="about 70 ms with 2 queued"):
+    with pytest.raises(LatencyTargetError, match="about 70 ms with 2 queued") as refused:
         keeper.admit(10 * MS, queued=2, idle=False, instances=1)
+    # 20 ms over: once the work ahead has run 20 ms more, the same request fits again. A second
+    # refused at the same moment is told to come one request (20 ms) later, a third later still.
+    assert refused.value.retry_after_ns == pytest.approx(20 * MS)
+    assert "retry in 20 ms" in str(refused.value)
+    turns = []
+    for _ in range(2):
+        with pytest.raises(LatencyTargetError) as again:
+            keeper.admit(10 * MS, queued=2, idle=False, instances=1)
+        turns.append(again.value.retry_after_ns)
+    assert turns == [pytest.approx(40 * MS), pytest.approx(60 * MS)]
+    # Once those turns have passed, a refusal is told its own excess again: at 200 ms the
+    # running batch is predicted done, so two queued and its own take 60 ms, 10 over.
+    with pytest.raises(LatencyTargetError) as later:
+        keeper.admit(200 * MS, queued=2, idle=False, instances=1)
+    assert later.value.retry_after_ns == pytest.approx(10 * MS)
     # One that runs at once: taken, predicted all the same (its own batch); nothing measured
     # yet: taken, with no prediction.
     assert keeper.admit(10 * MS, queued=0, idle=True, instances=1) == pytest.approx(20 * MS)
@@ -144,8 +159,9 @@ def test_answers_that_run_late_tighten_admission_and_the_plan() -> None:
     assert plan(keeper.times, policy("50")).max_batch_size == 4  # 2 x 22.9 ms fit in 50
     for _ in range(64):  # answers take 1.5x their predictions
         keeper.answered(45 * MS, 30 * MS)
-    with pytest.raises(LatencyTargetError, match="about 52 ms with 2 queued"):
+    with pytest.raises(LatencyTargetError, match="about 52 ms with 2 queued") as refused:
         keeper.admit(5 * MS, queued=2, idle=False, instances=1)
+    assert refused.value.retry_after_ns == pytest.approx(2.5 * MS)  # scaled, as the prediction
     # The plan keeps two batches inside 50 / 1.5 ms: batches of 2 (14.3 ms) now.
     assert keeper.measured(0).max_batch_size == 2
     for _ in range(64):  # nor one without a prediction (none measured), nor a tiny one

@@ -8,6 +8,7 @@ answered)."""
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import shutil
@@ -18,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import onnx
 import pytest
@@ -34,6 +36,8 @@ from e2e_support import (
 )
 from tritonclient.utils import InferenceServerException
 
+from proto import grpc_service_pb2 as pb
+from proto import grpc_service_pb2_grpc as pb_grpc
 from scripts import models
 
 BLOCK_S = 0.4  # how long one execution of `slow` takes
@@ -303,6 +307,76 @@ def test_a_model_over_its_latency_target_refuses_at_once_and_counts_it(
         server.metrics(), "convoy_inference_latency_target_refused", model="targeted", version="1"
     )
     assert after - before == len(refused)
+
+
+# A gRPC channel that retries UNAVAILABLE (gRPC's retry policy, in a service config): it waits
+# out a refusal's grpc-retry-pushback-ms before its next attempt.
+RETRYING = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "inference.GRPCInferenceService"}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.05s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+
+def _retrying(server: ConvoyServer, value: float) -> np.ndarray:
+    options = [("grpc.enable_retries", 1), ("grpc.service_config", RETRYING)]
+    with grpcclient.InferenceServerClient(server.url, channel_args=options) as client:
+        tensor = grpcclient.InferInput("X", [1, 1], "FP32")
+        tensor.set_data_from_numpy(_x(value))
+        return client.infer("targeted", [tensor]).as_numpy("Y")  # type: ignore[no-any-return]
+
+
+def _raw_refusal(server: ConvoyServer) -> grpc.RpcError | None:
+    """One ModelInfer on `targeted` with a bare gRPC stub (its trailers in reach); the error it
+    got, or None when it was answered."""
+    request = pb.ModelInferRequest(model_name="targeted")
+    request.inputs.add(name="X", datatype="FP32", shape=[1, 1])
+    request.raw_input_contents.append(_x(0.5).tobytes())
+    with grpc.insecure_channel(server.url) as channel:
+        try:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+        except grpc.RpcError as error:
+            return error
+    return None
+
+
+def test_a_refusal_says_when_to_retry_and_a_client_with_a_retry_policy_is_answered(
+    server: ConvoyServer,
+) -> None:
+    _grpc(server, "targeted", 0.0)  # one batch measured
+
+    def refusals() -> float:
+        return metric(
+            server.metrics(),
+            "convoy_inference_latency_target_refused",
+            model="targeted",
+            version="1",
+        )
+
+    before = refusals()
+    with ThreadPoolExecutor(9) as pool:
+        # Eight clients at once (800 ms of work against a 350 ms target), each retrying.
+        answers = [pool.submit(_retrying, server, float(i)) for i in range(8)]
+        wait_for(lambda: refusals() > before, "a refusal: the queue is over the target")
+        raw = pool.submit(_raw_refusal, server).result(30)
+        for i, answer in enumerate(answers):
+            np.testing.assert_array_equal(answer.result(30), _x(float(i)))
+    assert isinstance(raw, grpc.RpcError), "the queue was over the target when it came"
+    assert raw.code() == grpc.StatusCode.UNAVAILABLE
+    pushback = dict(raw.trailing_metadata() or ())["grpc-retry-pushback-ms"]
+    assert 1 <= int(pushback) <= 8 * 100 * 4  # the excess over the target, within its scale
+    assert f"retry in {pushback} ms" in (raw.details() or "")
 
 
 def _timed(call: Callable[[], np.ndarray]) -> tuple[InferenceServerException | None, float]:

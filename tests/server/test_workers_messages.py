@@ -4,7 +4,7 @@ other, tensors placed in an arena, inline, or in a shared memory region."""
 import numpy as np
 
 from server.contract.datatypes import BY_WIRE, encode_raw
-from server.contract.errors import InvalidInputError
+from server.contract.errors import InvalidInputError, UnavailableError
 from server.contract.model_io import TensorSpec
 from server.contract.requests import InferInput, InferOptions, InferRequest, Received
 from server.contract.responses import InferOutput, InferResponse
@@ -117,6 +117,17 @@ def test_a_final_flag_alone_and_a_failure_keep_their_meaning() -> None:
         error, final = messages.stream_item(failed, arena, lambda offset: None)
     assert isinstance(error, InvalidInputError) and str(error) == "bad shape"
     assert not final
+
+
+def test_a_refusal_keeps_its_retry_hint_across_the_boundary() -> None:
+    with Arena.create(4096) as arena:
+        refused = messages.encode_failed(7, UnavailableError("over its target", 42), in_band=True)
+        error, _ = messages.stream_item(refused, arena, lambda offset: None)
+        plain = messages.encode_failed(8, UnavailableError("queue full"), in_band=True)
+        unhinted, _ = messages.stream_item(plain, arena, lambda offset: None)
+    assert isinstance(error, UnavailableError) and error.retry_after_ms == 42
+    assert str(error) == "over its target"
+    assert isinstance(unhinted, UnavailableError) and unhinted.retry_after_ms is None
 
 
 def test_small_tensors_travel_inline_and_large_ones_in_the_arena_while_it_has_room() -> None:

@@ -33,7 +33,7 @@ from server.frontend.grpc.codec import (
     encode_response_bytes,
     infer_options,
 )
-from server.frontend.grpc.status import status_for
+from server.frontend.grpc.status import retry_pushback, status_for
 from server.frontend.grpc.stream import Outbox, stream_error, stream_message
 from server.frontend.orca import metadata_format, report_headers
 
@@ -91,11 +91,12 @@ def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
                     self._check_restricted(RPC_GROUPS[method.__name__], context)
                 return await method(self, request, context)
             except ServerError as exc:
-                code, message = status_for(exc), str(exc)
+                code, message, trailers = status_for(exc), str(exc), retry_pushback(exc)
             except Exception as exc:
                 _log.exception("%s failed unexpectedly", method.__name__)
                 code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
-            await context.abort(code, message)
+                trailers = ()
+            await context.abort(code, message, trailers)
             raise AssertionError("context.abort returned")  # abort always raises
         finally:
             self.calls -= counted

@@ -52,3 +52,16 @@ def status_for(error: Exception) -> grpc.StatusCode:
         if code is not None:
             return code
     return grpc.StatusCode.INTERNAL
+
+
+# gRPC's trailer telling a client with a retry policy how long to wait before its next attempt
+# (gRPC's retry design, A6); without a policy a client ignores it.
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
+
+
+def retry_pushback(error: ServerError) -> tuple[tuple[str, str], ...]:
+    """The trailers of a refusal that knows when to come back (an UnavailableError's retry
+    hint); none for any other error."""
+    if isinstance(error, UnavailableError) and error.retry_after_ms is not None:
+        return ((RETRY_PUSHBACK, str(error.retry_after_ms)),)
+    return ()
