@@ -33,6 +33,9 @@ _QUANTILE = 0.99
 _CORRECTION_RANGE = (0.5, 4.0)
 _LEARN_FROM = 1 / 8  # the least prediction learned from, as a share of the target
 _LEAST_RETRY_NS = 1_000_000  # a refusal's retry hint is never under a millisecond
+# How far past its own excess a refusal's turn may lie: clients that resend at once, ignoring
+# their turns, would otherwise push the line of turns out without bound.
+_TURNS_AHEAD_NS = 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -195,7 +198,8 @@ class TargetKeeper:
             # The request would fit once the work ahead has run for the excess; each refusal is
             # told a turn one request's share of a batch after the last one told, so that
             # clients refused together come back spread out rather than all at once.
-            turn_ns = max(now_ns + int(expected_ns - target_ns), self._next_turn_ns)
+            fits_ns = now_ns + int(expected_ns - target_ns)
+            turn_ns = min(max(fits_ns, self._next_turn_ns), fits_ns + _TURNS_AHEAD_NS)
             self._next_turn_ns = turn_ns + self._request_share_ns(instances)
             retry_after_ns = max(turn_ns - now_ns, _LEAST_RETRY_NS)
             raise LatencyTargetError(
