@@ -21,6 +21,7 @@ from batching.errors import (
     DeadlineCancelledError,
     DeadlineExceededError,
     ExecutorContractError,
+    QueueFullError,
     RequestTimeoutError,
 )
 from batching.inflight import InFlight
@@ -43,7 +44,8 @@ from batching.policy import (
     next_batch,
 )
 from batching.queue import Queued, RequestQueue, split_expired
-from batching.target import BatchTimes, TargetKeeper
+from batching.target import BatchTimes, TargetKeeper, request_share_ns
+from batching.turns import Turns
 
 _log = logging.getLogger(__name__)
 
@@ -89,7 +91,12 @@ class Batcher:
         # Every batch's time: a request that cannot finish before its deadline never runs.
         self._times = BatchTimes()
         self._horizon_ns = 0  # the shortest batch's mean time: nearer deadlines cannot be met
-        self._target = TargetKeeper(name, policy, self._times) if policy.latency_target_ns else None
+        self._turns = Turns()  # when a refused request is told to come back
+        self._target = (
+            TargetKeeper(name, policy, self._times, self._turns)
+            if policy.latency_target_ns
+            else None
+        )
         self._forming = policy
         # Whether an arrival may leave the loop asleep (see `_Quiet`): one priority level, no
         # fair share, no latency target, no rate limiter, and batches of one shape.
@@ -206,7 +213,12 @@ class Batcher:
             # batcher's loop and a task of its own. (A dynamic batcher gathers the requests
             # that arrive together even without a delay, so its requests always queue.)
             return await self._run_alone(request)
-        self._queue.push(request)  # raises QueueFullError at once when the level is full
+        try:
+            self._queue.push(request)
+        except QueueFullError as exc:  # the level is full: back once a request's share has run
+            share_ns = request_share_ns(self._times, policy.max_batch_size, len(self._executors))
+            hint_ns = self._turns.tell(now_ns, now_ns + share_ns, share_ns)
+            raise QueueFullError(str(exc), hint_ns) from None
         if not self._sleeps_through(request):
             self._wake.set()
         with self._in_flight.counted():

@@ -16,7 +16,12 @@ class PolicyError(BatchingError):
 
 
 class QueueFullError(BatchingError):
-    """The request's priority level already holds max_queue_size requests."""
+    """The request's priority level already holds max_queue_size requests. `retry_after_ns`:
+    when to come back, where the batcher can tell (see `batching.turns`)."""
+
+    def __init__(self, message: str, retry_after_ns: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_ns = retry_after_ns
 
 
 class RequestTimeoutError(BatchingError):
@@ -38,7 +43,8 @@ class DeadlineCancelledError(asyncio.CancelledError):
 class LatencyTargetError(BatchingError):
     """The model's latency target could not be kept for the request: refused on arrival.
     `retry_after_ns`: when to come back; at least the time the work ahead of it takes to shrink
-    by the excess, and later when other refused requests were told that turn first."""
+    by the excess, and later when other refused requests were told that turn first
+    (`batching.turns`)."""
 
     def __init__(self, message: str, retry_after_ns: int) -> None:
         super().__init__(message)

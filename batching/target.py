@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from batching.errors import LatencyTargetError
 from batching.policy import BatchPolicy
+from batching.turns import Turns
 
 _ALPHA = 0.2  # weight of a new execution in the running mean and deviation
 _SPREAD = 3.0  # a batch's time for the p99: its mean plus this many mean absolute deviations
@@ -32,10 +33,6 @@ _RELEARN = 32  # the correction is computed again after this many answers
 _QUANTILE = 0.99
 _CORRECTION_RANGE = (0.5, 4.0)
 _LEARN_FROM = 1 / 8  # the least prediction learned from, as a share of the target
-_LEAST_RETRY_NS = 1_000_000  # a refusal's retry hint is never under a millisecond
-# How far past its own excess a refusal's turn may lie: clients that resend at once, ignoring
-# their turns, would otherwise push the line of turns out without bound.
-_TURNS_AHEAD_NS = 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -76,6 +73,13 @@ class BatchTimes:
         low, up = below[-1], above[0]
         share = (size - low) / (up - low)
         return high(low) + share * (high(up) - high(low))
+
+
+def request_share_ns(times: BatchTimes, batch_size: int, instances: int) -> int:
+    """One request's share of the machine: a batch of `batch_size`'s mean time over its size
+    and the instances that run such batches side by side (0 before any measurement)."""
+    batch_ns = times.predict_ns(batch_size, spread=0.0) or 0.0
+    return int(batch_ns / max(batch_size, 1) / max(instances, 1))
 
 
 class Correction:
@@ -161,16 +165,19 @@ class TargetKeeper:
     """One batcher's latency target: measures its batches, chooses how batches are formed,
     and refuses at once the requests it cannot answer in time. Event-loop owned."""
 
-    def __init__(self, name: str, policy: BatchPolicy, times: BatchTimes) -> None:
+    def __init__(
+        self, name: str, policy: BatchPolicy, times: BatchTimes, turns: Turns | None = None
+    ) -> None:
         self._name = name
         self._policy = policy
         self.times = times  # the batcher's, which records every batch
+        # The refusals' retry hints: the batcher's, whose full queue refuses too.
+        self.turns = Turns() if turns is None else turns
         self.chosen = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
         self.forming = policy  # the policy batches are formed with
         self._planned_ns: int | None = None
         self._running: dict[int, tuple[int, int]] = {}  # id(instance) -> (start_ns, size)
         self.correction = Correction()
-        self._next_turn_ns = 0  # the earliest retry a refusal may be told (`admit`)
 
     def admit(self, now_ns: int, queued: int, idle: bool, instances: int) -> float:
         """The request's predicted time in the batcher (ns; 0 before any measurement). Raise
@@ -195,13 +202,10 @@ class TargetKeeper:
         target_ns = self._policy.latency_target_ns
         expected_ns = predicted * self.correction.scale
         if expected_ns > target_ns:
-            # The request would fit once the work ahead has run for the excess; each refusal is
-            # told a turn one request's share of a batch after the last one told, so that
-            # clients refused together come back spread out rather than all at once.
+            # The request would fit once the work ahead has run for the excess.
             fits_ns = now_ns + int(expected_ns - target_ns)
-            turn_ns = min(max(fits_ns, self._next_turn_ns), fits_ns + _TURNS_AHEAD_NS)
-            self._next_turn_ns = turn_ns + self._request_share_ns(instances)
-            retry_after_ns = max(turn_ns - now_ns, _LEAST_RETRY_NS)
+            share_ns = request_share_ns(self.times, self.chosen.max_batch_size, instances)
+            retry_after_ns = self.turns.tell(now_ns, fits_ns, share_ns)
             raise LatencyTargetError(
                 f"model '{self._name}' is over its latency target of {target_ns / 1e6:g} ms "
                 f"(convoy_latency_target_ms): a new request would take about "
@@ -210,13 +214,6 @@ class TargetKeeper:
                 retry_after_ns,
             )
         return predicted
-
-    def _request_share_ns(self, instances: int) -> int:
-        """One request's share of the machine: a batch of the chosen size's mean time over its
-        size and the instances that run such batches side by side."""
-        size = self.chosen.max_batch_size
-        batch_ns = self.times.predict_ns(size, spread=0.0) or 0.0
-        return int(batch_ns / size / max(instances, 1))
 
     def started(self, instance: object, start_ns: int, size: int) -> None:
         self._running[id(instance)] = (start_ns, size)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -21,6 +22,8 @@ import tritonclient.grpc.aio as aioclient
 from e2e_support import ConvoyServer
 from tritonclient.utils import InferenceServerException
 
+from proto import grpc_service_pb2 as pb
+from proto import grpc_service_pb2_grpc as pb_grpc
 from scripts import models
 
 RESNET_DIMS = "dims: [3, 224, 224]"
@@ -236,6 +239,36 @@ def test_max_queue_size_refuses_fast_and_no_request_is_lost_or_answered_twice(
     after = _stats(client, "resnet_small_queue")
     assert after.inference_stats.success.count - before.inference_stats.success.count == len(served)
     assert after.inference_stats.fail.count - before.inference_stats.fail.count == len(refused)
+
+
+def test_a_full_queue_says_when_to_retry(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    """A bare gRPC stub (its trailers in reach): each refusal of a full queue carries
+    grpc-retry-pushback-ms, and those refused together are told different turns."""
+    client.infer("resnet_small_queue", _image())  # one batch measured: a request's share known
+    request = pb.ModelInferRequest(model_name="resnet_small_queue")
+    request.inputs.add(name="input", datatype="FP32", shape=[1, 3, 224, 224])
+    request.raw_input_contents.append(np.zeros((1, 3, 224, 224), np.float32).tobytes())
+
+    async def hints() -> list[int]:
+        told = []
+        async with grpc.aio.insecure_channel(server.url) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            calls = [stub.ModelInfer(request, timeout=60) for _ in range(12)]
+            for call in calls:
+                try:
+                    await call
+                except grpc.aio.AioRpcError as error:
+                    assert error.code() == grpc.StatusCode.UNAVAILABLE
+                    assert "Exceeds maximum queue size" in (error.details() or "")
+                    trailers = dict(error.trailing_metadata() or ())
+                    told.append(int(trailers["grpc-retry-pushback-ms"]))
+        return told
+
+    told = asyncio.run(hints())
+    assert len(told) >= 2, "12 at once against a queue of 2"
+    assert min(told) >= 1 and max(told) > min(told)
 
 
 def test_reject_timeout_answers_unavailable(
