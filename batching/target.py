@@ -172,7 +172,7 @@ class TargetKeeper:
         self._policy = policy
         self.times = times  # the batcher's, which records every batch
         # The refusals' retry hints: the batcher's, whose full queue refuses too.
-        self.turns = Turns() if turns is None else turns
+        self._turns = Turns() if turns is None else turns
         self.chosen = TargetPlan(policy.max_batch_size, policy.max_queue_delay_ns)
         self.forming = policy  # the policy batches are formed with
         self._planned_ns: int | None = None
@@ -205,7 +205,7 @@ class TargetKeeper:
             # The request would fit once the work ahead has run for the excess.
             fits_ns = now_ns + int(expected_ns - target_ns)
             share_ns = request_share_ns(self.times, self.chosen.max_batch_size, instances)
-            retry_after_ns = self.turns.tell(now_ns, fits_ns, share_ns)
+            retry_after_ns = self._turns.tell(now_ns, fits_ns, share_ns)
             raise LatencyTargetError(
                 f"model '{self._name}' is over its latency target of {target_ns / 1e6:g} ms "
                 f"(convoy_latency_target_ms): a new request would take about "

@@ -8,7 +8,6 @@ answered)."""
 
 from __future__ import annotations
 
-import json
 import queue
 import re
 import shutil
@@ -39,6 +38,7 @@ from tritonclient.utils import InferenceServerException
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
 from scripts import models
+from scripts.latency_bench import RETRYING
 
 BLOCK_S = 0.4  # how long one execution of `slow` takes
 DEADLINE_US = 100_000  # the expiring requests' deadline, well inside one execution
@@ -309,29 +309,9 @@ def test_a_model_over_its_latency_target_refuses_at_once_and_counts_it(
     assert after - before == len(refused)
 
 
-# A gRPC channel that retries UNAVAILABLE (gRPC's retry policy, in a service config): it waits
-# out a refusal's grpc-retry-pushback-ms before its next attempt.
-RETRYING = json.dumps(
-    {
-        "methodConfig": [
-            {
-                "name": [{"service": "inference.GRPCInferenceService"}],
-                "retryPolicy": {
-                    "maxAttempts": 5,
-                    "initialBackoff": "0.05s",
-                    "maxBackoff": "1s",
-                    "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["UNAVAILABLE"],
-                },
-            }
-        ]
-    }
-)
-
-
 def _retrying(server: ConvoyServer, value: float) -> np.ndarray:
-    options = [("grpc.enable_retries", 1), ("grpc.service_config", RETRYING)]
-    with grpcclient.InferenceServerClient(server.url, channel_args=options) as client:
+    # A channel that retries UNAVAILABLE under gRPC's retry policy, waiting out each pushback.
+    with grpcclient.InferenceServerClient(server.url, channel_args=RETRYING) as client:
         tensor = grpcclient.InferInput("X", [1, 1], "FP32")
         tensor.set_data_from_numpy(_x(value))
         return client.infer("targeted", [tensor]).as_numpy("Y")  # type: ignore[no-any-return]
