@@ -17,6 +17,7 @@ from backends.base import (
     TensorSignature,
     response_parameters,
 )
+from backends.custom_metrics import CustomMetrics, FamilySnapshot
 from backends.device import (
     Device,
     DeviceKind,
@@ -49,10 +50,12 @@ __all__ = [
     "ArrayNamespace",
     "BackendError",
     "CudaOrtInstance",
+    "CustomMetrics",
     "Device",
     "DeviceKind",
     "ExecutionError",
     "ExecutionResult",
+    "FamilySnapshot",
     "Instance",
     "InvalidTensorError",
     "ModelCaller",

@@ -26,7 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.python._frames import RING_BYTES
-from backends.python._process import WorkerProcess
+from backends.python._process import AskAnswers, WorkerProcess
 
 MODEL_PY = """
 import triton_python_backend_utils as pb_utils
@@ -62,7 +62,8 @@ def _measure(
         "args": {"model_config": "{}", "model_name": "identity", "model_version": "1"},
     }
     deadline_ns = time.monotonic_ns() + 60 * 10**9
-    worker = WorkerProcess.start(spec, deadline_ns, ring_bytes)
+    answers = AskAnswers(lambda batch, index: False, lambda request: {"error": "none kept"})
+    worker = WorkerProcess.start(spec, deadline_ns, answers, ring_bytes)
     try:
         pid = worker._process.pid
         for batch in range(20):  # warm: the ring's pages, the worker's imports

@@ -24,6 +24,7 @@ from backends.base import (
     Response,
     TensorMap,
 )
+from backends.custom_metrics import CustomMetrics
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.instance_thread import InstanceClosedError, InstanceThread
@@ -36,7 +37,7 @@ from backends.python._config import (
 )
 from backends.python._local import LocalWorker
 from backends.python._outputs import check_outputs
-from backends.python._process import WorkerFailure, WorkerProcess, WorkerRefused
+from backends.python._process import AskAnswers, WorkerFailure, WorkerProcess, WorkerRefused
 from backends.python._settings import PythonSettings
 from backends.python._shared import SharedArrays
 from proto import model_config_pb2 as mc
@@ -85,9 +86,11 @@ class PythonInstance:
         settings: PythonSettings,
         caller: ModelCaller | None = None,
         shared: SharedArrays | None = None,
+        metrics: CustomMetrics | None = None,
     ) -> None:
         self._model = model
         self.shared = shared  # the version's shared arrays, released at close
+        self._metrics = metrics  # the server's custom metrics (None: the model may not use any)
         self._settings = settings
         self._questions = Questions(caller)  # what the model asks while its batch runs
         self._signature = model_signature(config)
@@ -114,16 +117,18 @@ class PythonInstance:
         settings: PythonSettings,
         caller: ModelCaller | None = None,
         shared: SharedArrays | None = None,
+        metrics: CustomMetrics | None = None,
     ) -> PythonInstance:
         """Start the worker and run initialize(); blocking, so call it from a thread.
 
         `caller` serves the model's `InferenceRequest.exec` (business logic scripting); `shared`
-        holds the arrays the version's instances share (`pb_utils.shared_array`)."""
+        holds the arrays the version's instances share (`pb_utils.shared_array`); `metrics`
+        keeps the families the model registers (`pb_utils.MetricFamily`)."""
         spec = _worker_spec(name, model_dir, version, config)
         if shared is not None:
             spec["shared_dir"] = shared.acquire()
         model = _Model(config.name, version, name, is_decoupled(config), spec)
-        instance = cls(model, config, settings, caller, shared)
+        instance = cls(model, config, settings, caller, shared, metrics)
         try:
             instance._worker = instance._start_worker()
         except ModelLoadError:
@@ -246,11 +251,12 @@ class PythonInstance:
             worker, self._worker = self._worker, None
         if self.shared is not None:  # what its worker still maps stays until it exits
             self.shared.release()
-        if worker is None:
-            return
-        error = worker.finalize(self._deadline_ns(self._settings.execute_timeout_s))
-        if error is not None:
-            _log.warning("%s: %s", self._model.where(), error)
+        if worker is not None:
+            error = worker.finalize(self._deadline_ns(self._settings.execute_timeout_s))
+            if error is not None:
+                _log.warning("%s: %s", self._model.where(), error)
+        if self._metrics is not None:  # after finalize, which may still update them
+            self._metrics.release(self)
 
     async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
         self._questions.loop = asyncio.get_running_loop()
@@ -429,20 +435,18 @@ class PythonInstance:
         timeout_s = self._settings.initialize_timeout_s
         try:
             if self._settings.in_process:
-                return LocalWorker.start(self._model.worker_spec, self._answer_call)
-            worker = WorkerProcess.start(self._model.worker_spec, self._deadline_ns(timeout_s))
+                return LocalWorker.start(
+                    self._model.worker_spec, self._answer_call, self._metrics_request
+                )
+            answers = AskAnswers(self._questions.cancelled_in, self._metrics_request)
+            worker = WorkerProcess.start(
+                self._model.worker_spec, self._deadline_ns(timeout_s), answers
+            )
             watcher = threading.Thread(
                 target=self._watch, args=(worker,), name=f"{self._model.instance}-watch"
             )
             watcher.daemon = True  # a worker that never ends must not hold the server's exit
             watcher.start()
-            if self._model.decoupled:  # only a decoupled model's requests can be cancelled
-                threading.Thread(
-                    target=worker.answer_cancel_checks,
-                    args=(self._questions.cancelled_in,),
-                    name=f"{self._model.instance}-cancel-checks",
-                    daemon=True,
-                ).start()
             return worker
         except WorkerRefused as refusal:
             reason = refusal.reason
@@ -457,6 +461,12 @@ class PythonInstance:
             f"model '{self._model.name}' version {self._model.version} instance "
             f"'{self._model.instance}': {reason}"
         )
+
+    def _metrics_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A custom-metrics request of the model (any of its threads, any time)."""
+        if self._metrics is None:
+            return {"error": "custom metrics are not kept for this model"}
+        return self._metrics.apply(self, request)
 
     @staticmethod
     def _deadline_ns(timeout_s: float) -> int:

@@ -36,6 +36,8 @@ from backends.python._worker import (
 # cancel, `is_cancelled`): the question -> the ("called", call, ...) reply a worker would get.
 CallAnswer = Callable[[tuple[Any, ...]], tuple[Any, ...]]
 _QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
+# How the instance answers a custom-metrics request of its model.
+MetricsAnswer = Callable[[dict[str, Any]], dict[str, Any]]
 
 # `sys.modules` is the interpreter's: instances load in parallel, and each model.py must import
 # the pb_utils installed for it, so one model.py is imported at a time.
@@ -74,13 +76,16 @@ class LocalWorker:
         self.checks_readiness = server.checks_readiness  # the model defines `is_ready`
 
     @classmethod
-    def start(cls, spec: dict[str, Any], answer_call: CallAnswer) -> LocalWorker:
+    def start(
+        cls, spec: dict[str, Any], answer_call: CallAnswer, metrics: MetricsAnswer
+    ) -> LocalWorker:
         """Import model.py and run initialize(spec['args']) here; WorkerRefused when model.py
-        does not import or initialize raises."""
+        does not import or initialize raises. `metrics` answers its custom-metrics requests."""
         module = "convoy_python_model_" + re.sub(r"\W", "_", spec["instance_name"])
         try:
             with _IMPORTING:
                 utils = load_utils(spec.get("shared_dir"))
+                utils._install_metrics_sink(lambda request, answered: metrics(request))
                 model_type = model_class(spec, module)
             model = initialize_model(spec, model_type)
         except ContractError as exc:

@@ -11,13 +11,16 @@ model mid-batch, and killing the session also ends processes the model started.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +35,16 @@ from backends.python._frames import (
     read_frame,
     write_message,
 )
-from backends.python._worker import CANCEL_CHECK
+from backends.python._worker import (
+    ASK_CANCEL,
+    ASK_METRICS,
+    ASK_METRICS_UPDATE,
+    CANCEL_CHECK,
+    LENGTH,
+)
 
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
+_ASKS = (ASK_CANCEL, ASK_METRICS, ASK_METRICS_UPDATE)
 _POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
 # The messages whose arrays the worker may keep in shared memory until their batch is answered.
 _LEASES = {"execute": LEASE_NEW_BATCH, "called": LEASE_TO_BATCH}
@@ -73,6 +83,14 @@ class WorkerRefused(WorkerFailure):
     """The worker could not import model.py or initialize() raised; `reason` says which."""
 
 
+@dataclass(frozen=True, slots=True)
+class AskAnswers:
+    """How the server answers a worker's questions on their own socket (`answer_asks`)."""
+
+    cancelled: Callable[[int, int], bool]  # (batch, request index): its caller went away
+    metrics: Callable[[dict[str, Any]], dict[str, Any]]  # a custom-metrics request's answer
+
+
 class WorkerProcess:
     """One running worker; used by one thread at a time (the instance's executor, or close)."""
 
@@ -89,11 +107,22 @@ class WorkerProcess:
 
     @classmethod
     def start(
-        cls, spec: dict[str, Any], deadline_ns: int, ring_bytes: int = RING_BYTES
+        cls,
+        spec: dict[str, Any],
+        deadline_ns: int,
+        answers: AskAnswers,
+        ring_bytes: int = RING_BYTES,
     ) -> WorkerProcess:
-        """Start a worker and have it import model.py and run initialize(spec['args']);
-        `ring_bytes`: each direction's shared memory."""
+        """Start a worker and have it import model.py and run initialize(spec['args']); its
+        questions get `answers` from then on (initialize may register custom metrics), on a
+        thread of their own; `ring_bytes`: each direction's shared memory."""
         worker = cls._spawn(ring_bytes)
+        threading.Thread(
+            target=worker.answer_asks,
+            args=(answers,),
+            name=f"{spec['instance_name']}-asks",
+            daemon=True,
+        ).start()
         try:
             worker.send(("initialize", spec), deadline_ns)
             reply = worker.receive(deadline_ns)
@@ -158,18 +187,36 @@ class WorkerProcess:
         worker._asks = ours_ask
         return worker
 
-    def answer_cancel_checks(self, cancelled: Callable[[int, int], bool]) -> None:
-        """Until the worker ends: answer each of its is_cancelled() questions (batch, request
-        index) with `cancelled(batch, index)`, one byte; blocking, on a thread of its own."""
+    def answer_asks(self, answers: AskAnswers) -> None:
+        """Until the worker ends: answer each of its questions on their own socket, an
+        is_cancelled() (one byte) or a custom-metrics request (JSON); blocking."""
         sock = self._asks
         if sock is None:
             return
         try:
-            while True:
-                asked = sock.recv(CANCEL_CHECK.size, socket.MSG_WAITALL)
-                if len(asked) < CANCEL_CHECK.size:
-                    return  # the worker ended
-                sock.sendall(b"1" if cancelled(*CANCEL_CHECK.unpack(asked)) else b"0")
+            while (tag := sock.recv(1, socket.MSG_WAITALL)) in _ASKS:
+                if tag == ASK_CANCEL:
+                    asked = sock.recv(CANCEL_CHECK.size, socket.MSG_WAITALL)
+                    if len(asked) < CANCEL_CHECK.size:
+                        return  # the worker ended
+                    sock.sendall(b"1" if answers.cancelled(*CANCEL_CHECK.unpack(asked)) else b"0")
+                    continue
+                head = sock.recv(LENGTH.size, socket.MSG_WAITALL)
+                if len(head) < LENGTH.size:
+                    return
+                try:
+                    request = json.loads(sock.recv(LENGTH.unpack(head)[0], socket.MSG_WAITALL))
+                except ValueError:
+                    return  # a broken question: the worker's channel is no longer to be trusted
+                answer = (
+                    answers.metrics(request)
+                    if isinstance(request, dict)
+                    else {"error": "a custom-metrics request must be a JSON object"}
+                )
+                if tag == ASK_METRICS_UPDATE:
+                    continue  # checked by the worker's pb_utils; nobody waits for the answer
+                body = json.dumps(answer).encode()
+                sock.sendall(LENGTH.pack(len(body)) + body)
         except OSError:
             return
 

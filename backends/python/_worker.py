@@ -21,8 +21,10 @@ output_names, parameters, decoupled), answered with a payload (whose pair carrie
 model's response parameters) or, for a decoupled call, True (or the error); then each ("next",
 batch, call) is answered (payload, final) and ("cancel", batch, call) ends the call.
 In process, `request.is_cancelled()` sends ("is_cancelled", batch, call, index), answered with a
-bool; a worker asks on a socket of its own (`ASK_FD`): (batch, index) as CANCEL_CHECK, answered
-b"1" or b"0", from any thread at any time.
+bool; a worker asks on a socket of its own (`ASK_FD`, `Asks`), from any thread at any time:
+ASK_CANCEL then (batch, index) as CANCEL_CHECK, answered b"1" or b"0"; ASK_METRICS then a
+custom-metrics request (`pb_utils.MetricFamily`) as LENGTH-prefixed JSON, answered the same way;
+or ASK_METRICS_UPDATE then an update (increment, set, observe) the same way, not answered.
 
 A socket of their own (`READY_FD`) carries readiness checks, so that one runs while a batch
 executes: the parent sends one byte, a thread of the worker calls the model's `is_ready()` and
@@ -55,8 +57,10 @@ UTILS_MODULE = "triton_python_backend_utils"
 _MODEL_MODULE = "model"
 _FRAMES_MODULE = "convoy_python_frames"
 _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
-# An is_cancelled() question on its own socket: (batch, request index), answered b"1" or b"0".
-CANCEL_CHECK = struct.Struct("!qq")
+# The questions on the asks socket, each a tag byte and its body (see the module's docs).
+ASK_CANCEL, ASK_METRICS, ASK_METRICS_UPDATE = b"c", b"m", b"u"
+CANCEL_CHECK = struct.Struct("!qq")  # an is_cancelled() question: (batch, request index)
+LENGTH = struct.Struct("!I")  # a custom-metrics request's or answer's JSON length
 
 Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
 
@@ -89,7 +93,7 @@ class ModelServer:
         model: Any,
         spec: dict[str, Any],
         copy_outputs: bool = False,
-        asks: socket.socket | None = None,
+        asks: Asks | None = None,
     ) -> None:
         self._channel = channel
         self._copy_outputs = copy_outputs
@@ -106,7 +110,6 @@ class ModelServer:
         self._call_lock = threading.Lock()  # one call's send and reply at a time
         # A worker's is_cancelled() questions' own socket (None in process: they go as calls).
         self._asks = asks
-        self._asks_lock = threading.Lock()
         utils._install_model_caller(self._call_model)
 
     def serve(self) -> None:
@@ -233,9 +236,7 @@ class ModelServer:
             if not self._decoupled:
                 return False  # only a decoupled model's request has a stream its caller can leave
             if self._asks is not None:  # any thread, any time: the question has its own socket
-                with self._asks_lock:
-                    self._asks.sendall(CANCEL_CHECK.pack(batch, index))
-                    return self._asks.recv(1, socket.MSG_WAITALL) == b"1"
+                return self._asks.cancelled(batch, index)
             return bool(self._ask("is_cancelled", batch, None, index)[1][2])
 
         return cancelled
@@ -475,6 +476,37 @@ def _auto_complete(spec: dict[str, Any], utils: ModuleType) -> dict[str, Any]:
     return dict(completed.as_dict())
 
 
+class Asks:
+    """A worker's questions on their own socket, which the server answers at any time, from
+    any thread of the model: `request.is_cancelled()`, and custom metrics."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+
+    def cancelled(self, batch: int, index: int) -> bool:
+        with self._lock:
+            self._sock.sendall(ASK_CANCEL + CANCEL_CHECK.pack(batch, index))
+            return self._sock.recv(1, socket.MSG_WAITALL) == b"1"
+
+    def metrics(self, request: dict[str, Any], answered: bool) -> dict[str, Any]:
+        """pb_utils' metrics sink: the server's answer to one custom-metrics request; an update
+        (`answered` False) is sent without waiting, and the server carries it out in order."""
+        body = json.dumps(request).encode()
+        if not answered:
+            with self._lock:
+                self._sock.sendall(ASK_METRICS_UPDATE + LENGTH.pack(len(body)) + body)
+            return {}
+        with self._lock:
+            self._sock.sendall(ASK_METRICS + LENGTH.pack(len(body)) + body)
+            head = self._sock.recv(LENGTH.size, socket.MSG_WAITALL)
+            answer = self._sock.recv(LENGTH.unpack(head)[0], socket.MSG_WAITALL) if head else b""
+        if not answer:
+            return {"error": "the server closed the worker's channel"}
+        reply: dict[str, Any] = json.loads(answer)
+        return reply
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Exit when the server dies, even while model code hangs and nobody reads the socket."""
 
@@ -506,7 +538,7 @@ def main(argv: list[str]) -> int:
     incoming, outgoing = (frames.Ring(fd, os.fstat(fd).st_size) for fd in map(int, argv[2:4]))
     channel = frames.WorkerChannel(socket.socket(fileno=int(argv[1])), incoming, outgoing)
     readiness = socket.socket(fileno=int(argv[4]))
-    asks = socket.socket(fileno=int(argv[5]))
+    asks = Asks(socket.socket(fileno=int(argv[5])))
     _watch_parent(os.getppid())
     kind, spec = channel.receive()
     _setup_logging(spec["model_name"], spec["instance_name"])
@@ -515,6 +547,7 @@ def main(argv: list[str]) -> int:
         if kind == "auto_complete":
             channel.send(("completed", _auto_complete(spec, utils)))
             return 0
+        utils._install_metrics_sink(asks.metrics)  # the server answers from initialize on
         model = initialize_model(spec, model_class(spec))
     except ContractError as exc:
         channel.send(("failed", str(exc)))

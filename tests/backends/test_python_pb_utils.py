@@ -216,3 +216,10 @@ def test_shared_arrays_refuse_objects_and_odd_keys(shared_dir: Path) -> None:
 def test_outside_a_server_shared_array_is_the_loaded_array() -> None:
     loaded = np.ones(3)
     assert pb_utils.shared_array("w", lambda: loaded) is loaded
+
+
+def test_custom_metrics_need_a_server_and_one_of_tritons_kinds() -> None:
+    with pytest.raises(pb_utils.TritonModelException, match="served by Convoy"):
+        pb_utils.MetricFamily("seen", "requests seen", pb_utils.MetricFamily.COUNTER)
+    with pytest.raises(pb_utils.TritonModelException, match="COUNTER, GAUGE or HISTOGRAM"):
+        pb_utils.MetricFamily("seen", "requests seen", "summary")

@@ -6,7 +6,7 @@ observes them."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
@@ -39,11 +39,21 @@ def number(value: float) -> str:
 def add_histogram(family: Metric, labels: dict[str, str], histogram: Histogram) -> None:
     """One labelled histogram's samples, from a snapshot of its counts (the event loop may
     observe while the metrics thread reads)."""
+    add_buckets(family, labels, histogram.bounds, list(histogram.counts), histogram.total)
+
+
+def add_buckets(
+    family: Metric,
+    labels: dict[str, str],
+    bounds: Sequence[float],
+    counts: Sequence[int],
+    total: float,
+) -> None:
+    """A histogram's samples from its upper bounds and its counts per bucket (one more than
+    the bounds: the last is past them) and the sum of what it observed."""
     name = family.name
-    counts = list(histogram.counts)
-    total = histogram.total
     cumulative = 0
-    for bound, count in zip([*histogram.bounds, math.inf], counts, strict=True):
+    for bound, count in zip([*bounds, math.inf], counts, strict=True):
         cumulative += count
         le = "+Inf" if bound == math.inf else number(bound)
         family.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)

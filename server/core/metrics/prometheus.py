@@ -19,10 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from backends import FamilySnapshot
 from server.core.cache import ResponseCache
 from server.core.metrics.admission import admission_families
 from server.core.metrics.cache import CACHE_FAMILIES, ENTRY_FAMILIES, PER_MODEL_FAMILIES
-from server.core.metrics.histograms import add_histogram, latency_families, number
+from server.core.metrics.histograms import add_buckets, add_histogram, latency_families, number
 from server.core.metrics.keep_alive import keep_alive_families
 from server.core.metrics.limiter import resource_wait_families
 from server.core.metrics.load import load_families
@@ -159,6 +160,7 @@ class StatsCollector(Collector):
         if self._options.summaries:
             yield from summary_families(versions, self._options.quantiles or DEFAULT_QUANTILES)
         yield from self._machine_families()
+        yield from custom_families(self._repository.custom_metrics.snapshot())
 
     def _machine_families(self) -> list[Metric]:
         """CPU and GPU samples, taken again once --metrics-interval-ms has passed (Triton
@@ -211,6 +213,18 @@ class StatsCollector(Collector):
             family = Metric(name, documentation, "gauge")
             family.add_sample(name, {}, total(counters))
             yield family
+
+
+def custom_families(snapshots: Iterable[FamilySnapshot]) -> Iterator[Metric]:
+    """The families Python models registered (`pb_utils.MetricFamily`), as they named them."""
+    for snapshot in snapshots:
+        family = Metric(snapshot.name, snapshot.description, snapshot.kind)
+        for labels, series in snapshot.series:
+            if snapshot.kind == "histogram":
+                add_buckets(family, labels, series.bounds, series.counts, series.value)
+            else:
+                family.add_sample(snapshot.name, labels, series.value)
+        yield family
 
 
 def _histogram(

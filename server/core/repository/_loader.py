@@ -17,6 +17,7 @@ from pathlib import Path
 
 from backends import (
     BackendError,
+    CustomMetrics,
     Instance,
     ModelCaller,
     ModelSignature,
@@ -83,6 +84,7 @@ class Peers:
 
     config_of: Callable[[str], mc.ModelConfig | None]  # a ready model's effective config
     resolve: Callable[[str, str], ModelVersion]  # (model, version "" = newest) -> ready version
+    custom_metrics: CustomMetrics  # the server's, where Python models register families
 
 
 @dataclass(slots=True)
@@ -159,6 +161,7 @@ class _Opening:
     completion: AutoComplete  # what the model file may fill into the config
     limiter: RateLimiter | None  # the server's rate limiter (None: off)
     shared: SharedArrays  # what a Python model's instances share (`pb_utils.shared_array`)
+    metrics: CustomMetrics  # the server's custom metrics (`pb_utils.MetricFamily`)
 
 
 async def _build_version(
@@ -188,6 +191,7 @@ async def _build_version(
         completion,
         limiter,
         SharedArrays(f"{config.name}-{version}"),
+        peers.custom_metrics,
     )
     if previous is not None:
         if previous.source == source:
@@ -307,6 +311,7 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
             PythonSettings.from_config(config),
             opening.caller,
             opening.shared,
+            opening.metrics,
         )
     return await asyncio.to_thread(
         open_instance, config, name, opening.model_file, opening.placements[index]

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from backends import CustomMetrics
 from batching import BatchPolicy, RateLimiter
 from proto import model_config_pb2 as mc
 from server.contract.errors import (
@@ -81,7 +82,9 @@ class Repository:
         self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
         self._draining: set[asyncio.Task[None]] = set()
         self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
-        self._peers = Peers(self._ready_config, self.get)
+        # The families Python models register (`pb_utils.MetricFamily`), for the metrics page.
+        self.custom_metrics = CustomMetrics()
+        self._peers = Peers(self._ready_config, self.get, self.custom_metrics)
 
     def scan(self) -> dict[str, Path]:
         """Every model directory of every repository; a name in two repositories is an error.
