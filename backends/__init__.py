@@ -42,7 +42,13 @@ from backends.onnxruntime import (
     read_onnx_signature,
 )
 from backends.openvino import OpenVinoInstance, OpenVinoSettings
-from backends.python import ModelCaller, PythonInstance, PythonSettings, SharedArrays
+from backends.python import (
+    ModelCaller,
+    ModelControl,
+    PythonInstance,
+    PythonSettings,
+    SharedArrays,
+)
 from backends.pytorch import AotiInstance, TorchInstance, TorchSettings, torch_placements
 
 __all__ = [
@@ -59,6 +65,7 @@ __all__ = [
     "Instance",
     "InvalidTensorError",
     "ModelCaller",
+    "ModelControl",
     "ModelLoadError",
     "ModelSignature",
     "OpenVinoInstance",

@@ -73,6 +73,7 @@ class App:
             load_retries=settings.model_load_retries,
             latency_histograms=settings.latency_histograms and settings.allow_metrics,
             requests_classified=settings.fair_share_header is not None,
+            explicit_model_control=settings.model_control_mode is ModelControlMode.EXPLICIT,
         )
         self.tracer = RequestTracer(settings.trace) if settings.trace.enabled else None
         self.engine = Engine(

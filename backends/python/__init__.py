@@ -28,9 +28,16 @@ the server gives the instance; the instance's thread answers it while the batch 
 decoupled `exec` streams the called model's responses to the model, which may cancel it.
 """
 
-from backends.python._calls import ModelCaller
+from backends.python._calls import ModelCaller, ModelControl
 from backends.python._instance import PythonInstance, ResponseSend
 from backends.python._settings import PythonSettings
 from backends.python._shared import SharedArrays
 
-__all__ = ["ModelCaller", "PythonInstance", "PythonSettings", "ResponseSend", "SharedArrays"]
+__all__ = [
+    "ModelCaller",
+    "ModelControl",
+    "PythonInstance",
+    "PythonSettings",
+    "ResponseSend",
+    "SharedArrays",
+]

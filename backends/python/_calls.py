@@ -28,6 +28,11 @@ Streamed = tuple[dict[str, Any] | None, str | None, bool]
 _CANCELLED = "the request was cancelled by its caller"
 
 
+# The model loading API (`pb_utils.load_model`, `unload_model`, `is_model_ready`): a request
+# (op, model, ...) -> {"value": ...} or {"error": message}; blocking, for a model's threads.
+ModelControl = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 class ModelCaller(Protocol):
     """How a model's `InferenceRequest.exec` reaches another model: (model, version "" =
     newest, inputs, output names, parameters). Both run on the event loop."""

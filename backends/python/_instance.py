@@ -28,7 +28,7 @@ from backends.custom_metrics import CustomMetrics
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.instance_thread import InstanceClosedError, InstanceThread
-from backends.python._calls import ModelCaller, Questions
+from backends.python._calls import ModelCaller, ModelControl, Questions
 from backends.python._config import (
     config_json,
     is_decoupled,
@@ -54,6 +54,7 @@ READY_TIMEOUT_S = 5.0
 ResponseSend = Callable[[int, Response | None, bool], None]
 # The questions a model asks the server while its batch runs (`Questions` answers them).
 _QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
+_MODEL_LOADING = frozenset({"load_model", "unload_model", "is_model_ready"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +88,12 @@ class PythonInstance:
         caller: ModelCaller | None = None,
         shared: SharedArrays | None = None,
         metrics: CustomMetrics | None = None,
+        control: ModelControl | None = None,
     ) -> None:
         self._model = model
         self.shared = shared  # the version's shared arrays, released at close
         self._metrics = metrics  # the server's custom metrics (None: the model may not use any)
+        self._control = control  # the model loading API (None: not available)
         self._settings = settings
         self._questions = Questions(caller)  # what the model asks while its batch runs
         self._signature = model_signature(config)
@@ -118,17 +121,19 @@ class PythonInstance:
         caller: ModelCaller | None = None,
         shared: SharedArrays | None = None,
         metrics: CustomMetrics | None = None,
+        control: ModelControl | None = None,
     ) -> PythonInstance:
         """Start the worker and run initialize(); blocking, so call it from a thread.
 
         `caller` serves the model's `InferenceRequest.exec` (business logic scripting); `shared`
         holds the arrays the version's instances share (`pb_utils.shared_array`); `metrics`
-        keeps the families the model registers (`pb_utils.MetricFamily`)."""
+        keeps the families the model registers (`pb_utils.MetricFamily`); `control` serves its
+        model loading API (`pb_utils.load_model`)."""
         spec = _worker_spec(name, model_dir, version, config)
         if shared is not None:
             spec["shared_dir"] = shared.acquire()
         model = _Model(config.name, version, name, is_decoupled(config), spec)
-        instance = cls(model, config, settings, caller, shared, metrics)
+        instance = cls(model, config, settings, caller, shared, metrics, control)
         try:
             instance._worker = instance._start_worker()
         except ModelLoadError:
@@ -436,9 +441,9 @@ class PythonInstance:
         try:
             if self._settings.in_process:
                 return LocalWorker.start(
-                    self._model.worker_spec, self._answer_call, self._metrics_request
+                    self._model.worker_spec, self._answer_call, self._server_request
                 )
-            answers = AskAnswers(self._questions.cancelled_in, self._metrics_request)
+            answers = AskAnswers(self._questions.cancelled_in, self._server_request)
             worker = WorkerProcess.start(
                 self._model.worker_spec, self._deadline_ns(timeout_s), answers
             )
@@ -462,11 +467,20 @@ class PythonInstance:
             f"'{self._model.instance}': {reason}"
         )
 
-    def _metrics_request(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A custom-metrics request of the model (any of its threads, any time)."""
-        if self._metrics is None:
-            return {"error": "custom metrics are not kept for this model"}
-        return self._metrics.apply(self, request)
+    def _server_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A request of the model's custom metrics or model loading API (any of its threads,
+        any time)."""
+        if request.get("op") not in _MODEL_LOADING:
+            if self._metrics is None:
+                return {"error": "custom metrics are not kept for this model"}
+            return self._metrics.apply(self, request)
+        if self._control is None:
+            return {"error": "the model loading API is not available to this model"}
+        if self._closed:  # finalize runs while its own model unloads: a load could wait on it
+            return {"error": "the model loading API is not available in finalize"}
+        if request.get("model") == self._model.name and request.get("op") != "is_model_ready":
+            return {"error": f"model '{self._model.name}' cannot load or unload itself"}
+        return self._control(request)
 
     @staticmethod
     def _deadline_ns(timeout_s: float) -> int:

@@ -36,8 +36,8 @@ from backends.python._worker import (
 # cancel, `is_cancelled`): the question -> the ("called", call, ...) reply a worker would get.
 CallAnswer = Callable[[tuple[Any, ...]], tuple[Any, ...]]
 _QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
-# How the instance answers a custom-metrics request of its model.
-MetricsAnswer = Callable[[dict[str, Any]], dict[str, Any]]
+# How the instance answers its model's requests of custom metrics and model loading.
+ServerAnswer = Callable[[dict[str, Any]], dict[str, Any]]
 
 # `sys.modules` is the interpreter's: instances load in parallel, and each model.py must import
 # the pb_utils installed for it, so one model.py is imported at a time.
@@ -77,15 +77,16 @@ class LocalWorker:
 
     @classmethod
     def start(
-        cls, spec: dict[str, Any], answer_call: CallAnswer, metrics: MetricsAnswer
+        cls, spec: dict[str, Any], answer_call: CallAnswer, answer_server: ServerAnswer
     ) -> LocalWorker:
         """Import model.py and run initialize(spec['args']) here; WorkerRefused when model.py
-        does not import or initialize raises. `metrics` answers its custom-metrics requests."""
+        does not import or initialize raises. `answer_server` answers its requests of custom
+        metrics and model loading."""
         module = "convoy_python_model_" + re.sub(r"\W", "_", spec["instance_name"])
         try:
             with _IMPORTING:
                 utils = load_utils(spec.get("shared_dir"))
-                utils._install_metrics_sink(lambda request, answered: metrics(request))
+                utils._install_server_ask(lambda request, answered: answer_server(request))
                 model_type = model_class(spec, module)
             model = initialize_model(spec, model_type)
         except ContractError as exc:

@@ -37,14 +37,14 @@ from backends.python._frames import (
 )
 from backends.python._worker import (
     ASK_CANCEL,
-    ASK_METRICS,
-    ASK_METRICS_UPDATE,
+    ASK_SERVER,
+    ASK_UPDATE,
     CANCEL_CHECK,
     LENGTH,
 )
 
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
-_ASKS = (ASK_CANCEL, ASK_METRICS, ASK_METRICS_UPDATE)
+_ASKS = (ASK_CANCEL, ASK_SERVER, ASK_UPDATE)
 _POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
 # The messages whose arrays the worker may keep in shared memory until their batch is answered.
 _LEASES = {"execute": LEASE_NEW_BATCH, "called": LEASE_TO_BATCH}
@@ -88,7 +88,7 @@ class AskAnswers:
     """How the server answers a worker's questions on their own socket (`answer_asks`)."""
 
     cancelled: Callable[[int, int], bool]  # (batch, request index): its caller went away
-    metrics: Callable[[dict[str, Any]], dict[str, Any]]  # a custom-metrics request's answer
+    server: Callable[[dict[str, Any]], dict[str, Any]]  # a metrics or model loading request's
 
 
 class WorkerProcess:
@@ -189,7 +189,8 @@ class WorkerProcess:
 
     def answer_asks(self, answers: AskAnswers) -> None:
         """Until the worker ends: answer each of its questions on their own socket, an
-        is_cancelled() (one byte) or a custom-metrics request (JSON); blocking."""
+        is_cancelled() (one byte) or a request of custom metrics or model loading (JSON);
+        blocking."""
         sock = self._asks
         if sock is None:
             return
@@ -209,11 +210,11 @@ class WorkerProcess:
                 except ValueError:
                     return  # a broken question: the worker's channel is no longer to be trusted
                 answer = (
-                    answers.metrics(request)
+                    answers.server(request)
                     if isinstance(request, dict)
-                    else {"error": "a custom-metrics request must be a JSON object"}
+                    else {"error": "a request to the server must be a JSON object"}
                 )
-                if tag == ASK_METRICS_UPDATE:
+                if tag == ASK_UPDATE:
                     continue  # checked by the worker's pb_utils; nobody waits for the answer
                 body = json.dumps(answer).encode()
                 sock.sendall(LENGTH.pack(len(body)) + body)

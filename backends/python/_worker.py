@@ -22,9 +22,10 @@ model's response parameters) or, for a decoupled call, True (or the error); then
 batch, call) is answered (payload, final) and ("cancel", batch, call) ends the call.
 In process, `request.is_cancelled()` sends ("is_cancelled", batch, call, index), answered with a
 bool; a worker asks on a socket of its own (`ASK_FD`, `Asks`), from any thread at any time:
-ASK_CANCEL then (batch, index) as CANCEL_CHECK, answered b"1" or b"0"; ASK_METRICS then a
-custom-metrics request (`pb_utils.MetricFamily`) as LENGTH-prefixed JSON, answered the same way;
-or ASK_METRICS_UPDATE then an update (increment, set, observe) the same way, not answered.
+ASK_CANCEL then (batch, index) as CANCEL_CHECK, answered b"1" or b"0"; ASK_SERVER then a request
+of custom metrics (`pb_utils.MetricFamily`) or of the model loading API (`pb_utils.load_model`)
+as LENGTH-prefixed JSON, answered the same way; or ASK_UPDATE then a metric's update (increment,
+set, observe) the same way, not answered.
 
 A socket of their own (`READY_FD`) carries readiness checks, so that one runs while a batch
 executes: the parent sends one byte, a thread of the worker calls the model's `is_ready()` and
@@ -58,9 +59,9 @@ _MODEL_MODULE = "model"
 _FRAMES_MODULE = "convoy_python_frames"
 _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is gone
 # The questions on the asks socket, each a tag byte and its body (see the module's docs).
-ASK_CANCEL, ASK_METRICS, ASK_METRICS_UPDATE = b"c", b"m", b"u"
+ASK_CANCEL, ASK_SERVER, ASK_UPDATE = b"c", b"m", b"u"
 CANCEL_CHECK = struct.Struct("!qq")  # an is_cancelled() question: (batch, request index)
-LENGTH = struct.Struct("!I")  # a custom-metrics request's or answer's JSON length
+LENGTH = struct.Struct("!I")  # an ASK_SERVER or ASK_UPDATE request's (or answer's) JSON length
 
 Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
 
@@ -478,7 +479,7 @@ def _auto_complete(spec: dict[str, Any], utils: ModuleType) -> dict[str, Any]:
 
 class Asks:
     """A worker's questions on their own socket, which the server answers at any time, from
-    any thread of the model: `request.is_cancelled()`, and custom metrics."""
+    any thread of the model: `request.is_cancelled()`, custom metrics and model loading."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -489,16 +490,16 @@ class Asks:
             self._sock.sendall(ASK_CANCEL + CANCEL_CHECK.pack(batch, index))
             return self._sock.recv(1, socket.MSG_WAITALL) == b"1"
 
-    def metrics(self, request: dict[str, Any], answered: bool) -> dict[str, Any]:
-        """pb_utils' metrics sink: the server's answer to one custom-metrics request; an update
+    def server(self, request: dict[str, Any], answered: bool) -> dict[str, Any]:
+        """pb_utils' server ask: the server's answer to one request; a metric's update
         (`answered` False) is sent without waiting, and the server carries it out in order."""
         body = json.dumps(request).encode()
         if not answered:
             with self._lock:
-                self._sock.sendall(ASK_METRICS_UPDATE + LENGTH.pack(len(body)) + body)
+                self._sock.sendall(ASK_UPDATE + LENGTH.pack(len(body)) + body)
             return {}
         with self._lock:
-            self._sock.sendall(ASK_METRICS + LENGTH.pack(len(body)) + body)
+            self._sock.sendall(ASK_SERVER + LENGTH.pack(len(body)) + body)
             head = self._sock.recv(LENGTH.size, socket.MSG_WAITALL)
             answer = self._sock.recv(LENGTH.unpack(head)[0], socket.MSG_WAITALL) if head else b""
         if not answer:
@@ -547,7 +548,7 @@ def main(argv: list[str]) -> int:
         if kind == "auto_complete":
             channel.send(("completed", _auto_complete(spec, utils)))
             return 0
-        utils._install_metrics_sink(asks.metrics)  # the server answers from initialize on
+        utils._install_server_ask(asks.server)  # the server answers from initialize on
         model = initialize_model(spec, model_class(spec))
     except ContractError as exc:
         channel.send(("failed", str(exc)))

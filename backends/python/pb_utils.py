@@ -7,6 +7,7 @@ nothing from Convoy, so it runs the same in the worker process and in tests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 import fcntl
 import json
@@ -44,17 +45,17 @@ def _install_model_caller(call: ModelCaller) -> None:
     _model_caller = call
 
 
-# Where a model's custom metrics go (`MetricFamily`): installed by the worker, a function that
-# takes one request (a dict of plain values) and whether its answer is awaited, and answers
-# {"value": ...} or {"error": message} (anything when it is not awaited); None where no server
-# is behind the module (tests).
-MetricsSink = Callable[[dict[str, Any], bool], dict[str, Any]]
-_metrics_sink: MetricsSink | None = None
+# How custom metrics (`MetricFamily`) and the model loading API (`load_model`...) reach the
+# server: installed by the worker, a function that takes one request (a dict of plain values)
+# and whether its answer is awaited, and answers {"value": ...} or {"error": message} (anything
+# when it is not awaited); None where no server is behind the module (tests).
+ServerAsk = Callable[[dict[str, Any], bool], dict[str, Any]]
+_server_ask: ServerAsk | None = None
 
 
-def _install_metrics_sink(sink: MetricsSink) -> None:
-    global _metrics_sink
-    _metrics_sink = sink
+def _install_server_ask(ask: ServerAsk) -> None:
+    global _server_ask
+    _server_ask = ask
 
 
 # Where `shared_array` keeps this model version's arrays: installed by the worker (None: no server
@@ -620,7 +621,7 @@ class MetricFamily:
             )
         self._name = name
         self._kind = kind
-        _ask_metrics({"op": "family", "name": name, "description": description, "kind": kind})
+        _ask_server({"op": "family", "name": name, "description": description, "kind": kind})
 
     def Metric(  # Triton's name
         self, labels: Mapping[str, str] | None = None, buckets: Iterable[float] | None = None
@@ -645,7 +646,7 @@ class Metric:
         self._target = {"family": family, "labels": labels}  # what each request names
         self._kind = kind
         bounds = None if buckets is None else [float(bound) for bound in buckets]
-        _ask_metrics({"op": "metric", **self._target, "buckets": bounds})
+        _ask_server({"op": "metric", **self._target, "buckets": bounds})
 
     # Updates are checked here, so that a worker sends them without waiting for an answer.
 
@@ -674,16 +675,37 @@ class Metric:
         """A counter's or gauge's value now (what every instance added up)."""
         if self._kind == MetricFamily.HISTOGRAM:
             raise TritonModelException(f"{self._where()}: a histogram has no value()")
-        return float(_ask_metrics({"op": "value", **self._target}))
+        return float(_ask_server({"op": "value", **self._target}))
 
     def _where(self) -> str:
         labels = ", ".join(f"{k}={v!r}" for k, v in sorted(self._labels.items()))
         return f"metric '{self._family}'{{{labels}}}"
 
 
-def _ask_metrics(request: dict[str, Any]) -> Any:
-    """The server's answer to a metrics request, its error raised."""
-    answer = _sink()(request, True)
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """The model loading API: whether a model (a version of it, or its newest) serves."""
+    request = {"op": "is_model_ready", "model": model_name, "version": str(model_version)}
+    return bool(_ask_server(request))
+
+
+def load_model(model_name: str, config: str = "", files: Mapping[str, bytes] | None = None) -> None:
+    """The model loading API (the server in explicit model control mode): load a model, or load
+    it again; `config` (JSON) replaces its config.pbtxt, and `files` ("file:<version>/<name>" ->
+    bytes, with `config`) its directory. Returns once it serves; raises when it cannot."""
+    encoded = {path: base64.b64encode(bytes(data)).decode() for path, data in (files or {}).items()}
+    _ask_server({"op": "load_model", "model": model_name, "config": config, "files": encoded})
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """The model loading API: unload a model (and, with `unload_dependents`, the ensembles
+    that use it)."""
+    request = {"op": "unload_model", "model": model_name, "dependents": unload_dependents}
+    _ask_server(request)
+
+
+def _ask_server(request: dict[str, Any]) -> Any:
+    """The server's answer to a request, its error raised."""
+    answer = _ask()(request, True)
     if "error" in answer:
         raise TritonModelException(str(answer["error"]))
     return answer.get("value")
@@ -691,10 +713,10 @@ def _ask_metrics(request: dict[str, Any]) -> Any:
 
 def _update_metrics(request: dict[str, Any]) -> None:
     """An update the server carries out without answering (this module checked it)."""
-    _sink()(request, False)
+    _ask()(request, False)
 
 
-def _sink() -> MetricsSink:
-    if _metrics_sink is None:
-        raise TritonModelException("custom metrics work only inside a model served by Convoy")
-    return _metrics_sink
+def _ask() -> ServerAsk:
+    if _server_ask is None:
+        raise TritonModelException("this works only inside a model that Convoy serves")
+    return _server_ask

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from google.protobuf import json_format
-
 from proto import grpc_service_pb2 as pb
 from proto import model_config_pb2 as mc
 from server.contract.errors import LOAD_NOT_POLLED
+from server.contract.model_load import FILE_PREFIX, config_override
 
 # Every extension Convoy may advertise, in the order Triton's ServerMetadata lists them
 # (core:src/server.cc).
@@ -58,15 +57,11 @@ def load_parameters(
                 raise LOAD_NOT_POLLED(
                     model=model, reason="load parameter 'config' must be a string of JSON"
                 )
-            try:
-                override = json_format.Parse(value.string_param, mc.ModelConfig())
-            except json_format.ParseError as exc:
-                reason = f"Invalid config override: {exc}"
-                raise LOAD_NOT_POLLED(model=model, reason=reason) from exc
-        elif key.startswith("file:"):
+            override = config_override(model, value.string_param)
+        elif key.startswith(FILE_PREFIX):
             if value.WhichOneof("parameter_choice") != "bytes_param":
                 raise LOAD_NOT_POLLED(
                     model=model, reason=f"file parameter '{key}' must have bytes type for its value"
                 )
-            files[key.removeprefix("file:")] = value.bytes_param
+            files[key.removeprefix(FILE_PREFIX)] = value.bytes_param
     return override, files

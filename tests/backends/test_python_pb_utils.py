@@ -218,8 +218,10 @@ def test_outside_a_server_shared_array_is_the_loaded_array() -> None:
     assert pb_utils.shared_array("w", lambda: loaded) is loaded
 
 
-def test_custom_metrics_need_a_server_and_one_of_tritons_kinds() -> None:
-    with pytest.raises(pb_utils.TritonModelException, match="served by Convoy"):
+def test_custom_metrics_and_model_loading_need_a_server() -> None:
+    with pytest.raises(pb_utils.TritonModelException, match="Convoy serves"):
         pb_utils.MetricFamily("seen", "requests seen", pb_utils.MetricFamily.COUNTER)
+    with pytest.raises(pb_utils.TritonModelException, match="Convoy serves"):
+        pb_utils.is_model_ready("simple")
     with pytest.raises(pb_utils.TritonModelException, match="COUNTER, GAUGE or HISTOGRAM"):
         pb_utils.MetricFamily("seen", "requests seen", "summary")

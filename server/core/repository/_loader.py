@@ -20,6 +20,7 @@ from backends import (
     CustomMetrics,
     Instance,
     ModelCaller,
+    ModelControl,
     ModelSignature,
     Placement,
     PythonInstance,
@@ -60,6 +61,7 @@ from server.core.repository._config import read_config
 from server.core.repository._keep_alive import keep_alive_of
 from server.core.repository._labels import read_labels
 from server.core.repository._limits import instance_needs, register_instances
+from server.core.repository._model_loading import Answer, from_thread
 from server.core.repository._models import ModelState, ModelVersion, VersionSource, VersionStatus
 from server.core.repository._sequence import sequence_policy
 from server.core.repository._validate import (
@@ -85,6 +87,7 @@ class Peers:
     config_of: Callable[[str], mc.ModelConfig | None]  # a ready model's effective config
     resolve: Callable[[str, str], ModelVersion]  # (model, version "" = newest) -> ready version
     custom_metrics: CustomMetrics  # the server's, where Python models register families
+    model_loading: Answer  # a Python model's `pb_utils.load_model` and the like, on the loop
 
 
 @dataclass(slots=True)
@@ -162,6 +165,7 @@ class _Opening:
     limiter: RateLimiter | None  # the server's rate limiter (None: off)
     shared: SharedArrays  # what a Python model's instances share (`pb_utils.shared_array`)
     metrics: CustomMetrics  # the server's custom metrics (`pb_utils.MetricFamily`)
+    control: ModelControl  # the model loading API, for a Python model's threads
 
 
 async def _build_version(
@@ -192,6 +196,7 @@ async def _build_version(
         limiter,
         SharedArrays(f"{config.name}-{version}"),
         peers.custom_metrics,
+        from_thread(peers.model_loading, asyncio.get_running_loop()),
     )
     if previous is not None:
         if previous.source == source:
@@ -312,6 +317,7 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
             opening.caller,
             opening.shared,
             opening.metrics,
+            opening.control,
         )
     return await asyncio.to_thread(
         open_instance, config, name, opening.model_file, opening.placements[index]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import tempfile
 import time
@@ -30,6 +31,7 @@ from server.contract.errors import (
 )
 from server.contract.numbers import is_digits
 from server.core.cache import ResponseCache, version_cache
+from server.core.repository import _model_loading as model_loading
 from server.core.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
 from server.core.repository._budget import MemoryBudget, Resident, choose_evictions
 from server.core.repository._config import read_config
@@ -65,6 +67,7 @@ class Repository:
         load_retries: int = 0,
         latency_histograms: bool = False,
         requests_classified: bool = True,
+        explicit_model_control: bool = False,
     ) -> None:
         self._sources = Sources(roots)  # local directories, and mirrors of cloud repositories
         # --fair-share-header was given, so requests carry a fair-share class; False: a model
@@ -84,7 +87,10 @@ class Repository:
         self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
         # The families Python models register (`pb_utils.MetricFamily`), for the metrics page.
         self.custom_metrics = CustomMetrics()
-        self._peers = Peers(self._ready_config, self.get, self.custom_metrics)
+        # A Python model's model loading API loads and unloads only in explicit mode, as the
+        # repository API does.
+        loading = functools.partial(model_loading.answer, self, explicit_model_control)
+        self._peers = Peers(self._ready_config, self.get, self.custom_metrics, loading)
 
     def scan(self) -> dict[str, Path]:
         """Every model directory of every repository; a name in two repositories is an error.
