@@ -470,12 +470,21 @@ class InferenceRequest:
             raise TritonModelException("exec() needs the request's model_name")
         if _model_caller is None:
             raise TritonModelException("exec() runs only inside a model served by Convoy")
+        # A stateful model's sequence travels as a client's request carries it: in Triton's
+        # reserved parameters.
+        parameters = json.loads(self._parameters)
+        if self._correlation_id:
+            parameters["sequence_id"] = self._correlation_id
+            parameters["sequence_start"] = bool(
+                self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+            )
+            parameters["sequence_end"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
         return _model_caller(
             self._model_name,
             self._model_version,
             self._inputs,
             self._requested_output_names,
-            json.loads(self._parameters),
+            parameters,
             decoupled,
         )
 

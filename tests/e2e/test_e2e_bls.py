@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
-from scripts import models
+from scripts import gen_models, models
 
 # Calls `simple` twice (once blocking, once async) and an unknown model, per request.
 PIPELINE = """
@@ -98,15 +98,66 @@ class TritonPythonModel:
 """
 
 
+# Runs two sequences side by side on the stateful `accumulate` (running totals), each call
+# naming its sequence with a correlation id and flags, as Triton's BLS does; then continues a
+# sequence that never started. Answers the totals and that call's error in NOTE.
+SEQUENCES = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+END = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+
+
+def _call(correlation_id, value, flags):
+    request = pb_utils.InferenceRequest(
+        model_name="accumulate",
+        requested_output_names=["OUTPUT"],
+        inputs=[pb_utils.Tensor("INPUT", np.array([[value]], np.int32))],
+        correlation_id=correlation_id,
+        flags=flags,
+    )
+    return request.exec()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            totals = {11: [], "twelve": []}
+            for step, flags in enumerate((START, 0, END)):
+                for correlation_id, scale in ((11, 1), ("twelve", 10)):
+                    response = _call(correlation_id, scale * (step + 1), flags)
+                    output = pb_utils.get_output_tensor_by_name(response, "OUTPUT")
+                    totals[correlation_id].append(int(output.as_numpy()[0, 0]))
+            stray = _call(99, 1, 0)
+            refusal = stray.error().message() if stray.has_error() else ""
+            shown = {"totals": totals, "stray": refusal}
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            note = np.array([[json.dumps(shown).encode()]] * len(x.as_numpy()), dtype=np.object_)
+            y = pb_utils.Tensor("Y", x.as_numpy())
+            responses.append(pb_utils.InferenceResponse([y, pb_utils.Tensor("NOTE", note)]))
+        return responses
+"""
+
+
 def _repository(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(), None)
+    gen_models.write_accumulate(repo)
     io = (
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 16 ] },'
         ' { name: "NOTE" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
     )
-    for name, source in (("pipeline", PIPELINE), ("wrong_input", WRONG_INPUT), ("ask", ASK)):
+    for name, source in (
+        ("pipeline", PIPELINE),
+        ("wrong_input", WRONG_INPUT),
+        ("ask", ASK),
+        ("sequences", SEQUENCES),
+    ):
         config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n{io}'
         models.write_python_model(repo, name, source, config)
     echo_io = io.replace('"NOTE"', '"PARAMETERS"')
@@ -140,3 +191,15 @@ def test_a_call_carries_its_own_request_parameters(
     with grpcclient.InferenceServerClient(server.url) as triton:
         result = triton.infer("ask", [infer_input("X", x, "FP32")])
     assert json.loads(result.as_numpy("NOTE")[0, 0]) == {"asked_by": "ask", "depth": 1}
+
+
+def test_a_call_names_its_sequence_with_a_correlation_id_and_flags(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
+    x = np.ones((1, 16), np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        result = triton.infer("sequences", [infer_input("X", x, "FP32")])
+    shown = json.loads(result.as_numpy("NOTE")[0, 0])
+    assert shown["totals"] == {"11": [1, 3, 6], "twelve": [10, 30, 60]}
+    assert "99" in shown["stray"]  # a sequence that never started: the scheduler's refusal

@@ -24,6 +24,7 @@ from batching import (
     SequenceStep,
 )
 from server.contract.datatypes import wire_of
+from server.contract.errors import InvalidInputError
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
 from server.core.cache import Lookup
@@ -160,7 +161,7 @@ class _ModelCaller:
         outputs: list[str],
         parameters: dict[str, Any],
     ) -> dict[str, Any]:
-        options = InferOptions(parameters=model_parameters(parameters.items()))
+        options = _call_options(parameters)
         result = await infer_on(self._resolve(model, version), inputs, outputs, options)
         return _picked(result.outputs, outputs)
 
@@ -175,7 +176,7 @@ class _ModelCaller:
         """Each response of the request, as a decoupled model sends it (a model that is not
         decoupled sends one, final); cancelling the consumer cancels the request."""
         target = self._resolve(model, version)
-        options = InferOptions(parameters=model_parameters(parameters.items()))
+        options = _call_options(parameters)
         if target.router is None:
             result = await infer_on(target, inputs, outputs, options)
             yield _picked(result.outputs, outputs), None, True
@@ -193,6 +194,24 @@ class _ModelCaller:
                     produced = target.reshape.to_config(produced)
                     produced = produced if answered is None else Outputs(produced, answered)
                 yield _picked(produced, outputs), None, item.final
+
+
+def _call_options(parameters: dict[str, Any]) -> InferOptions:
+    """A call's options: the sequence `InferenceRequest` names with its correlation id and flags
+    (Triton's reserved `sequence_id`, `sequence_start` and `sequence_end` parameters), and the
+    called model's own parameters."""
+    sequence_id = parameters.get("sequence_id")
+    sequence = None
+    if sequence_id:
+        if isinstance(sequence_id, bool) or not isinstance(sequence_id, int | str):
+            raise InvalidInputError(
+                f"a request's correlation_id must be an int or a str, not {sequence_id!r}"
+            )
+        if isinstance(sequence_id, int) and sequence_id < 0:
+            raise InvalidInputError(f"'sequence_id' must be >= 0, got {sequence_id}")
+        start, end = parameters.get("sequence_start"), parameters.get("sequence_end")
+        sequence = SequenceFlags(sequence_id, bool(start), bool(end))
+    return InferOptions(parameters=model_parameters(parameters.items()), sequence=sequence)
 
 
 def _picked(produced: Mapping[str, Any], outputs: list[str]) -> dict[str, Any]:
