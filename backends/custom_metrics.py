@@ -30,6 +30,9 @@ _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _RESERVED_PREFIXES = ("nv_", "convoy_")
 
 LabelKey = tuple[tuple[str, str], ...]  # a series' labels, sorted
+# A family's series at most: a model that labels by request (an id, a timestamp) is told, rather
+# than growing the server's memory and the metrics page without bound.
+MAX_SERIES = 10_000
 
 
 class MetricRequestError(ValueError):
@@ -186,6 +189,11 @@ class CustomMetrics:
             raise MetricRequestError(f"{_where(family, key)}: only a histogram has buckets")
         series = family.series.get(key)
         if series is None:
+            if len(family.series) >= MAX_SERIES:
+                raise MetricRequestError(
+                    f"metric family '{family.name}' has {MAX_SERIES} series already, its limit "
+                    "(labels that name a request, or a time, make a series each)"
+                )
             series = family.series[key] = Series(0.0, bounds, [0] * (len(bounds) + 1))
         elif series.bounds != bounds:
             raise MetricRequestError(f"{_where(family, key)} exists with other buckets")

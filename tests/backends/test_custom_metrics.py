@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from backends import CustomMetrics
+from backends.custom_metrics import MAX_SERIES
 
 FIRST, SECOND = "instance 0", "instance 1"
 
@@ -142,3 +143,15 @@ def test_a_snapshot_is_a_copy() -> None:
     before = metrics.snapshot()
     series(metrics, FIRST, "sizes", op="observe", value=0.5)
     assert before[0].series[0][1].counts == [0, 0]
+
+
+def test_a_family_holds_a_bounded_number_of_series() -> None:
+    metrics = CustomMetrics()
+    family(metrics, FIRST, "by_request", "counter")
+    for index in range(MAX_SERIES):
+        labels = {"request": str(index)}
+        assert metrics.apply(FIRST, {"op": "metric", "family": "by_request", "labels": labels})
+    one_more = {"op": "metric", "family": "by_request", "labels": {"request": "again"}}
+    assert "its limit" in metrics.apply(FIRST, one_more)["error"]
+    existing = {"op": "metric", "family": "by_request", "labels": {"request": "0"}}
+    assert metrics.apply(FIRST, existing) == {"value": None}  # an existing one is still served
