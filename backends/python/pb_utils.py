@@ -26,6 +26,10 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+# TRITONSERVER_MemoryType values, for `PreferredMemory`.
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
 
 # The worker attaches its handler (model and instance in every line) to this logger.
 LOGGER_NAME = "triton_python_backend_utils"
@@ -398,6 +402,23 @@ class InferenceResponseSender:
         return not self._closed and self._cancelled is not None and self._cancelled()
 
 
+class PreferredMemory:
+    """Where a BLS call would like its outputs (Triton's `preferred_memory`): Convoy's python
+    backend hands a model host arrays wherever they were computed, so every choice is met."""
+
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    """A request's trace, as a BLS call passes it on (`trace=request.trace()`)."""
+
+    def get_context(self) -> str | None:
+        """The trace's context to propagate; None: this request is not traced."""
+        return None
+
+
 class InferenceRequest:
     """One request as `execute` receives it, or one model code builds to `exec` on another
     model (business logic scripting)."""
@@ -414,9 +435,13 @@ class InferenceRequest:
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: InferenceTrace | None = None,
         parameters: Mapping[str, Any] | str | None = None,
         response_sender: InferenceResponseSender | None = None,
     ) -> None:
+        # `preferred_memory` and `trace` are taken as Triton takes them and change nothing
+        # here: outputs are host arrays, and a call has no trace of its own.
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
@@ -445,7 +470,12 @@ class InferenceRequest:
         return self._flags
 
     def timeout(self) -> int:
+        """In microseconds (0: none): a call made with it expires when it cannot finish in
+        time, and is never executed after that."""
         return self._timeout
+
+    def trace(self) -> InferenceTrace:
+        return InferenceTrace()
 
     def parameters(self) -> str:
         """The request's parameters as a JSON object string."""
@@ -470,8 +500,8 @@ class InferenceRequest:
             raise TritonModelException("exec() needs the request's model_name")
         if _model_caller is None:
             raise TritonModelException("exec() runs only inside a model served by Convoy")
-        # A stateful model's sequence travels as a client's request carries it: in Triton's
-        # reserved parameters.
+        # A stateful model's sequence and the timeout travel as a client's request carries
+        # them: in Triton's reserved parameters.
         parameters = json.loads(self._parameters)
         if self._correlation_id:
             parameters["sequence_id"] = self._correlation_id
@@ -479,6 +509,8 @@ class InferenceRequest:
                 self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
             )
             parameters["sequence_end"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
+        if self._timeout:
+            parameters["timeout"] = self._timeout
         return _model_caller(
             self._model_name,
             self._model_version,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,51 @@ class TritonPythonModel:
 """
 
 
+# Holds its one instance for a second per request.
+SLOW = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(1.0)
+        return [
+            pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "X")])
+            for r in requests
+        ]
+"""
+
+# Calls `slow` with a 100 ms timeout, host memory preferred and its own request's trace, as
+# Triton's BLS examples write it; NOTE holds the call's error ("" when it was answered).
+TIMED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            call = pb_utils.InferenceRequest(
+                model_name="slow",
+                requested_output_names=["X"],
+                inputs=[x],
+                timeout=100_000,
+                preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+                trace=request.trace(),
+            )
+            answer = call.exec()
+            error = answer.error().message() if answer.has_error() else ""
+            note = np.array([[error.encode()]] * len(x.as_numpy()), dtype=np.object_)
+            y = pb_utils.Tensor("Y", x.as_numpy())
+            responses.append(pb_utils.InferenceResponse([y, pb_utils.Tensor("NOTE", note)]))
+        return responses
+"""
+
+
 def _repository(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(), None)
@@ -157,9 +203,14 @@ def _repository(tmp_path: Path) -> Path:
         ("wrong_input", WRONG_INPUT),
         ("ask", ASK),
         ("sequences", SEQUENCES),
+        ("timed", TIMED),
     ):
         config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n{io}'
         models.write_python_model(repo, name, source, config)
+    slow_io = 'input [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+    slow_io += 'output [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+    slow = f'name: "slow"\nbackend: "python"\nmax_batch_size: 1\n{slow_io}dynamic_batching {{ }}\n'
+    models.write_python_model(repo, "slow", SLOW, slow)
     echo_io = io.replace('"NOTE"', '"PARAMETERS"')
     echo = f'name: "echo"\nbackend: "python"\nmax_batch_size: 4\n{echo_io}'
     models.write_python_model(repo, "echo", ECHO_PARAMETERS_MODEL, echo)
@@ -203,3 +254,19 @@ def test_a_call_names_its_sequence_with_a_correlation_id_and_flags(
     shown = json.loads(result.as_numpy("NOTE")[0, 0])
     assert shown["totals"] == {"11": [1, 3, 6], "twelve": [10, 30, 60]}
     assert "99" in shown["stray"]  # a sequence that never started: the scheduler's refusal
+
+
+def test_a_calls_timeout_expires_it_in_the_queue(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
+    x = np.ones((1, 16), np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        # Answered when `slow` is free: preferred_memory and trace are taken as Triton's.
+        note = triton.infer("timed", [infer_input("X", x, "FP32")]).as_numpy("NOTE")
+        assert note[0, 0] == b""
+        busy: list[object] = []
+        triton.async_infer("slow", [infer_input("X", x, "FP32")], lambda *done: busy.append(done))
+        time.sleep(0.3)  # `slow` holds its instance for 0.7 s more
+        note = triton.infer("timed", [infer_input("X", x, "FP32")]).as_numpy("NOTE")
+        assert b"it was not executed" in note[0, 0]

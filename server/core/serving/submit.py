@@ -198,8 +198,8 @@ class _ModelCaller:
 
 def _call_options(parameters: dict[str, Any]) -> InferOptions:
     """A call's options: the sequence `InferenceRequest` names with its correlation id and flags
-    (Triton's reserved `sequence_id`, `sequence_start` and `sequence_end` parameters), and the
-    called model's own parameters."""
+    (Triton's reserved `sequence_id`, `sequence_start` and `sequence_end` parameters), its
+    `timeout` in microseconds, and the called model's own parameters."""
     sequence_id = parameters.get("sequence_id")
     sequence = None
     if sequence_id:
@@ -211,7 +211,12 @@ def _call_options(parameters: dict[str, Any]) -> InferOptions:
             raise InvalidInputError(f"'sequence_id' must be >= 0, got {sequence_id}")
         start, end = parameters.get("sequence_start"), parameters.get("sequence_end")
         sequence = SequenceFlags(sequence_id, bool(start), bool(end))
-    return InferOptions(parameters=model_parameters(parameters.items()), sequence=sequence)
+    timeout_us = parameters.get("timeout", 0)
+    if isinstance(timeout_us, bool) or not isinstance(timeout_us, int) or timeout_us < 0:
+        raise InvalidInputError(f"a request's timeout must be microseconds, not {timeout_us!r}")
+    return InferOptions(
+        timeout_us=timeout_us, parameters=model_parameters(parameters.items()), sequence=sequence
+    )
 
 
 def _picked(produced: Mapping[str, Any], outputs: list[str]) -> dict[str, Any]:
