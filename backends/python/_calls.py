@@ -5,7 +5,8 @@ answers its outputs; a decoupled `exec` opens a `CallStream` instead, whose resp
 pulls one by one ("next") and may cancel ("cancel"): cancelling ends the called request's
 stream, so the called model's `request.is_cancelled()` turns true. `is_cancelled` answers
 whether a request of the running batch was cancelled by its caller. Each answer is the worker's
-("called", call, ...) reply.
+("called", call, ...) reply. A worker's plain `exec` calls run side by side (`call_aside`): each
+is answered when it finishes, while the batch's other messages are read.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from backends.python._process import WorkerFailure
 # One response of a called model's stream: (outputs or None, the error message or None, final).
 Streamed = tuple[dict[str, Any] | None, str | None, bool]
 _CANCELLED = "the request was cancelled by its caller"
+_NO_CALLS = "this server does not serve calls to other models from this model"
 
 
 # The model loading API (`pb_utils.load_model`, `unload_model`, `is_model_ready`): a request
@@ -113,6 +115,8 @@ class Questions:
         # Whether request i of the running batch was cancelled by its caller (None: unknown).
         self._cancelled: Callable[[int], bool] | None = None
         self._streams: dict[int, CallStream] = {}  # the running batch's open streams, by call
+        # The running batch's calls running aside (`call_aside`), until they are answered.
+        self._aside: set[concurrent.futures.Future[None]] = set()
 
     def answer(self, question: tuple[Any, ...], deadline_ns: int) -> tuple[Any, ...]:
         """The reply to ("call" | "next" | "cancel" | "is_cancelled", batch, call, ...); raises
@@ -147,11 +151,37 @@ class Questions:
         cancelled = self._cancelled
         return batch == self._batch and cancelled is not None and cancelled(index)
 
+    def call_aside(
+        self, question: tuple[Any, ...], send: Callable[[tuple[Any, ...]], None]
+    ) -> None:
+        """Run a plain ("call", ...) question's `exec` on the event loop without waiting; its
+        ("called", call, ...) answer goes to `send` once it finished, from a thread of the
+        loop's executor (the caller reads the batch's next messages meanwhile)."""
+        call = question[2]
+        if self._caller is None or self.loop is None:
+            send(("called", call, _NO_CALLS))
+            return
+        caller, arguments = self._caller, self._arguments(question)
+
+        async def run() -> None:
+            try:
+                payload = payload_of(await caller(*arguments))
+            except Exception as exc:  # the called model's error, as Triton returns it to the caller
+                payload = str(exc)
+            await asyncio.to_thread(send, ("called", call, payload))
+
+        future = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        self._aside.add(future)
+        future.add_done_callback(self._aside.discard)
+
     def end_batch(self) -> None:
-        """Cancel the streams the batch left open (their callers are gone)."""
+        """Cancel the streams the batch left open and the calls still running aside (their
+        callers are gone)."""
         for stream in self._streams.values():
             stream.cancel()
         self._streams.clear()
+        for future in list(self._aside):
+            future.cancel()
         self._batch, self._cancelled = None, None
 
     def _arguments(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -161,7 +191,7 @@ class Questions:
 
     def _open(self, call: int, question: tuple[Any, ...]) -> Any:
         if self._caller is None or self.loop is None:
-            return "this server does not serve calls to other models from this model"
+            return _NO_CALLS
         self._streams[call] = CallStream(self._caller.stream(*self._arguments(question)), self.loop)
         return True  # opened: the model pulls its responses
 
@@ -169,7 +199,7 @@ class Questions:
         """Run one `exec` on the event loop and wait (within the batch's deadline): the outputs,
         or the reason it failed, for the model's error response."""
         if self._caller is None or self.loop is None:
-            return "this server does not serve calls to other models from this model"
+            return _NO_CALLS
         future: concurrent.futures.Future[dict[str, Any]] = asyncio.run_coroutine_threadsafe(
             self._caller(*self._arguments(question)), self.loop
         )

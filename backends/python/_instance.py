@@ -4,6 +4,7 @@ in the server's process when the model asks for it (`LocalWorker`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -48,6 +49,7 @@ _DEFAULT_MODEL_FILENAME = "model.py"
 _CPU = Device.cpu()
 # How long a model's `is_ready()` may take before its model answers not ready (Triton's 5 s).
 READY_TIMEOUT_S = 5.0
+_LATE_ANSWER_S = 60.0  # how long a call's answer may take to reach a worker busy reading it
 
 # How a decoupled execution hands each response to the event loop: (request index, outputs or
 # the error that fails the request or None for a bare final flag, whether it is the final one).
@@ -344,8 +346,10 @@ class PythonInstance:
         for reply in worker.replies(batch, deadline_ns):
             if reply[0] not in _QUESTIONS:
                 yield reply
-                continue
-            worker.send(self._questions.answer(reply, deadline_ns), deadline_ns)
+            elif reply[0] == "call" and not reply[8]:  # runs aside: calls go side by side
+                self._questions.call_aside(reply, lambda answer: _send_late(worker, answer))
+            else:
+                worker.send(self._questions.answer(reply, deadline_ns), deadline_ns)
 
     def _answer_call(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
         """An in-process model's question, answered on its own thread within the execute
@@ -485,6 +489,13 @@ class PythonInstance:
     @staticmethod
     def _deadline_ns(timeout_s: float) -> int:
         return time.monotonic_ns() + int(timeout_s * 1e9)
+
+
+def _send_late(worker: WorkerProcess | LocalWorker, answer: tuple[Any, ...]) -> None:
+    """A call's answer, sent once it finished: a worker that has gone meanwhile (its batch
+    failed, and the failure is the batch's to report) or that no longer takes it is left."""
+    with contextlib.suppress(WorkerFailure):
+        worker.send(answer, time.monotonic_ns() + int(_LATE_ANSWER_S * 1e9))
 
 
 def _parameters(text: object) -> Parameters | None:

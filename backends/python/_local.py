@@ -35,7 +35,6 @@ from backends.python._worker import (
 # How the instance answers a model's questions (`exec`, a decoupled call's next response or
 # cancel, `is_cancelled`): the question -> the ("called", call, ...) reply a worker would get.
 CallAnswer = Callable[[tuple[Any, ...]], tuple[Any, ...]]
-_QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
 # How the instance answers its model's requests of custom metrics and model loading.
 ServerAnswer = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -46,24 +45,18 @@ _IMPORTING = threading.Lock()
 
 class _Channel:
     """The `ModelServer`'s channel in this process: what it sends for a batch is queued for the
-    instance's thread (a decoupled model's own threads send too), and each `exec` call is
-    answered on the spot."""
+    instance's thread (a decoupled model's own threads send too); its questions never come
+    here, the `ModelServer` has them answered on the spot."""
 
-    def __init__(self, answer_call: CallAnswer) -> None:
+    def __init__(self) -> None:
         self.sent: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._answer_call = answer_call
-        self._called: tuple[Any, ...] | None = None  # the reply `receive` gives next
 
     def send(self, message: object) -> None:
         assert isinstance(message, tuple)
-        if message[0] in _QUESTIONS:  # the model holds its call lock until it has the reply
-            self._called = self._answer_call(message)
-        else:
-            self.sent.put(message)
+        self.sent.put(message)
 
     def receive(self) -> Any:
-        called, self._called = self._called, None
-        return called
+        raise EOFError("an in-process model's questions are answered on the spot")
 
 
 class LocalWorker:
@@ -91,8 +84,8 @@ class LocalWorker:
             model = initialize_model(spec, model_type)
         except ContractError as exc:
             raise WorkerRefused(str(exc)) from None
-        channel = _Channel(answer_call)
-        server = ModelServer(channel, utils, model, spec, copy_outputs=True)
+        channel = _Channel()
+        server = ModelServer(channel, utils, model, spec, copy_outputs=True, answer=answer_call)
         return cls(server, channel, spec["decoupled"])
 
     def send(self, message: tuple[Any, ...], deadline_ns: int) -> None:

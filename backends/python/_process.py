@@ -92,13 +92,18 @@ class AskAnswers:
 
 
 class WorkerProcess:
-    """One running worker; used by one thread at a time (the instance's executor, or close)."""
+    """One running worker; used by one thread at a time (the instance's executor, or close),
+    except `send`, which the answers to a model's calls use from other threads too."""
 
     def __init__(
         self, process: subprocess.Popen[bytes], sock: socket.socket, outgoing: Ring, incoming: Ring
     ) -> None:
         self._process = process
         self._sock = sock
+        # Sends have a socket object of their own (the same socket): the answers to a model's
+        # calls are sent from other threads while one reads, each with its own timeout.
+        self._sender = socket.socket(fileno=os.dup(sock.fileno()))
+        self._send_lock = threading.Lock()
         self._outgoing = outgoing  # the worker's inputs: an execute message's stay leased
         self._incoming = incoming  # copied out at once
         self._readiness: socket.socket | None = None  # readiness checks' own socket
@@ -248,9 +253,10 @@ class WorkerProcess:
         if remaining_s <= 0:
             raise WorkerFailure("did not take the request in time", timed_out=True)
         try:  # the socket may be closed under us: a watcher saw the worker end and restarts it
-            self._sock.settimeout(remaining_s)
             lease = _LEASES.get(message[0], LEASE_NONE)
-            write_message(self._sock, message, self._outgoing, lease)
+            with self._send_lock:
+                self._sender.settimeout(remaining_s)
+                write_message(self._sender, message, self._outgoing, lease)
         except TimeoutError:
             raise WorkerFailure("did not take the request in time", timed_out=True) from None
         except OSError:
@@ -311,6 +317,7 @@ class WorkerProcess:
                 self._process.kill()
         self._process.wait()
         self._sock.close()
+        self._sender.close()
         for side in (self._readiness, self._asks):
             if side is not None:
                 side.close()

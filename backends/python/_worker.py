@@ -95,9 +95,12 @@ class ModelServer:
         spec: dict[str, Any],
         copy_outputs: bool = False,
         asks: Asks | None = None,
+        answer: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
     ) -> None:
         self._channel = channel
         self._copy_outputs = copy_outputs
+        # In process: each question answered on the asking thread (None: through the channel).
+        self._answer = answer
         self._utils = utils
         self._model = model
         self._decoupled: bool = spec["decoupled"]
@@ -108,7 +111,13 @@ class ModelServer:
         self._readiness_loop: asyncio.AbstractEventLoop | None = None
         self._batch: int | None = None  # the batch whose execute runs now (calls belong to it)
         self._calls = itertools.count()
-        self._call_lock = threading.Lock()  # one call's send and reply at a time
+        # Questions in a worker: several threads may wait for answers at once (a model's
+        # `async_exec` calls run side by side); one of them at a time reads the channel and
+        # hands each answer to its asker.
+        self._questions = threading.Condition()
+        self._answers: dict[int, tuple[Any, ...]] = {}
+        self._reading = False  # a waiting asker reads the channel now
+        self._asking = 0  # questions sent and not yet answered
         # A worker's is_cancelled() questions' own socket (None in process: they go as calls).
         self._asks = asks
         utils._install_model_caller(self._call_model)
@@ -162,7 +171,9 @@ class ModelServer:
             self._channel.send(("failed", batch, f"execute raised {_describe(exc)}"))
             return
         finally:
-            with self._call_lock:  # a question of another thread gets its answer first
+            with self._questions:  # in a worker, questions of other threads are answered first
+                while self._asking and self._answer is None:
+                    self._questions.wait()
                 self._batch = None
         execute_ns = time.monotonic_ns() - start_ns
         try:
@@ -246,22 +257,55 @@ class ModelServer:
         self, kind: str, batch: int, call: int | None, *rest: Any
     ) -> tuple[int, tuple[Any, ...]]:
         """Send (kind, batch, call, *rest) to the server and wait for its ("called", call, ...)
-        answer; `call` None: a new call number. One question and its answer at a time."""
-        with self._call_lock:
-            if batch != self._batch and not self._copy_outputs:
+        answer; `call` None: a new call number. Any number of threads may ask at once."""
+        with self._questions:
+            if batch != self._batch and self._answer is None:
                 # In a worker the main thread reads the channel again once execute returned: an
                 # answer could go to it. In process every question is answered on the spot.
                 raise self._utils.TritonModelException(
                     f"{kind}: a model in a worker process asks the server only while execute() runs"
                 )
             number = next(self._calls) if call is None else call
-            self._channel.send((kind, batch, number, *rest))
-            reply = self._channel.receive()
+            self._asking += 1
+        try:
+            question = (kind, batch, number, *rest)
+            if self._answer is not None:
+                reply = self._answer(question)
+            else:
+                self._channel.send(question)
+                reply = self._answer_to(number)
+        finally:
+            with self._questions:
+                self._asking -= 1
+                self._questions.notify_all()
         if reply[0] != "called" or reply[1] != number:
             raise self._utils.TritonModelException(
                 f"{kind}: unexpected reply {reply[0]!r} from the server"
             )
         return number, reply
+
+    def _answer_to(self, number: int) -> tuple[Any, ...]:
+        """The server's answer to question `number`: read from the channel by this thread, or
+        by another asker, which hands it over."""
+        with self._questions:
+            while number not in self._answers:
+                if self._reading:
+                    self._questions.wait()
+                    continue
+                self._reading = True
+                self._questions.release()
+                try:
+                    message = self._channel.receive()
+                finally:
+                    self._questions.acquire()
+                    self._reading = False
+                    self._questions.notify_all()
+                if message[0] != "called" or len(message) < 2:
+                    raise self._utils.TritonModelException(
+                        f"unexpected message {message[0]!r} from the server while execute runs"
+                    )
+                self._answers[message[1]] = message
+            return self._answers.pop(number)
 
     def _response(self, payload: Any) -> Any:
         """A call's payload as the caller's InferenceResponse (None: the final flag alone)."""

@@ -189,6 +189,54 @@ class TritonPythonModel:
 """
 
 
+# Each request waits (up to 20 s) until four requests are in its instances at once; answers 1
+# when they met, 0 when it waited alone.
+MEET = """
+import json
+import os
+import time
+import uuid
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.place = parameters["place"]["string_value"]
+
+    def execute(self, requests):
+        open(os.path.join(self.place, uuid.uuid4().hex), "w").close()
+        deadline = time.monotonic() + 20
+        while len(os.listdir(self.place)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        met = float(len(os.listdir(self.place)) >= 4)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([met], np.float32))])]
+"""
+
+# Calls `meet` four times at once with async_exec; Y is how many calls met the others.
+FAN_OUT = """
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        x = pb_utils.Tensor("X", np.zeros(1, np.float32))
+        calls = [
+            pb_utils.InferenceRequest(model_name="meet", requested_output_names=["Y"], inputs=[x])
+            for _ in range(4)
+        ]
+        answers = await asyncio.gather(*(call.async_exec() for call in calls))
+        met = sum(float(pb_utils.get_output_tensor_by_name(a, "Y").as_numpy()[0]) for a in answers)
+        y = pb_utils.Tensor("Y", np.array([met], np.float32))
+        return [pb_utils.InferenceResponse([y]) for _ in requests]
+"""
+
+
 def _repository(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(), None)
@@ -207,6 +255,16 @@ def _repository(tmp_path: Path) -> Path:
     ):
         config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 4\n{io}'
         models.write_python_model(repo, name, source, config)
+    one_io = 'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    one_io += 'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    place = tmp_path / "meeting"
+    place.mkdir()
+    meet = f'name: "meet"\nbackend: "python"\nmax_batch_size: 0\n{one_io}'
+    meet += "instance_group [ { count: 4 kind: KIND_CPU } ]\n"
+    meet += f'parameters {{ key: "place" value: {{ string_value: "{place}" }} }}\n'
+    models.write_python_model(repo, "meet", MEET, meet)
+    fan_out = f'name: "fan_out"\nbackend: "python"\nmax_batch_size: 0\n{one_io}'
+    models.write_python_model(repo, "fan_out", FAN_OUT, fan_out)
     slow_io = 'input [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
     slow_io += 'output [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
     slow = f'name: "slow"\nbackend: "python"\nmax_batch_size: 1\n{slow_io}dynamic_batching {{ }}\n'
@@ -270,3 +328,15 @@ def test_a_calls_timeout_expires_it_in_the_queue(
         time.sleep(0.3)  # `slow` holds its instance for 0.7 s more
         note = triton.infer("timed", [infer_input("X", x, "FP32")]).as_numpy("NOTE")
         assert b"it was not executed" in note[0, 0]
+
+
+def test_async_calls_run_side_by_side(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    """Four `async_exec` calls gathered at once reach the called model's four instances
+    together (calls that ran one after another would each wait alone)."""
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
+    x = np.zeros(1, np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        met = triton.infer("fan_out", [infer_input("X", x, "FP32")], client_timeout=120)
+    assert met.as_numpy("Y")[0] == 4.0
