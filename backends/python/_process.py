@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends.python._environment import ExecutionEnvironment
 from backends.python._frames import (
     LEASE_NEW_BATCH,
     LEASE_NONE,
@@ -117,11 +118,13 @@ class WorkerProcess:
         deadline_ns: int,
         answers: AskAnswers,
         ring_bytes: int = RING_BYTES,
+        environment: ExecutionEnvironment | None = None,
     ) -> WorkerProcess:
         """Start a worker and have it import model.py and run initialize(spec['args']); its
         questions get `answers` from then on (initialize may register custom metrics), on a
-        thread of their own; `ring_bytes`: each direction's shared memory."""
-        worker = cls._spawn(ring_bytes)
+        thread of their own; `ring_bytes`: each direction's shared memory; `environment`: the
+        model's own interpreter (None: the server's)."""
+        worker = cls._spawn(ring_bytes, environment)
         threading.Thread(
             target=worker.answer_asks,
             args=(answers,),
@@ -140,10 +143,15 @@ class WorkerProcess:
         return worker
 
     @classmethod
-    def auto_complete(cls, spec: dict[str, Any], deadline_ns: int) -> dict[str, Any]:
+    def auto_complete(
+        cls,
+        spec: dict[str, Any],
+        deadline_ns: int,
+        environment: ExecutionEnvironment | None = None,
+    ) -> dict[str, Any]:
         """Run the model's `auto_complete_config` in a worker of its own, which then exits: the
         completed config (as the JSON dict `args['model_config']` holds)."""
-        worker = cls._spawn()
+        worker = cls._spawn(environment=environment)
         try:
             worker.send(("auto_complete", spec), deadline_ns)
             reply = worker.receive(deadline_ns)
@@ -154,7 +162,9 @@ class WorkerProcess:
         return reply[1]
 
     @classmethod
-    def _spawn(cls, ring_bytes: int = RING_BYTES) -> WorkerProcess:
+    def _spawn(
+        cls, ring_bytes: int = RING_BYTES, environment: ExecutionEnvironment | None = None
+    ) -> WorkerProcess:
         ours, theirs = socket.socketpair()
         # Readiness checks have a socket of their own: one runs while a batch executes; so do
         # the model's is_cancelled() questions, which any of its threads asks at any time.
@@ -169,9 +179,11 @@ class WorkerProcess:
                 theirs_ready.fileno(),
                 theirs_ask.fileno(),
             )
+            python = sys.executable if environment is None else environment.python
             process = subprocess.Popen(
-                [sys.executable, str(_WORKER_SCRIPT), *map(str, fds)],
+                [python, str(_WORKER_SCRIPT), *map(str, fds)],
                 pass_fds=fds,
+                env=None if environment is None else environment.variables,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )

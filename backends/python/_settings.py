@@ -13,6 +13,7 @@ from proto import model_config_pb2
 EXECUTE_TIMEOUT_PARAMETER = "convoy_execute_timeout_s"
 INITIALIZE_TIMEOUT_PARAMETER = "convoy_initialize_timeout_s"
 IN_PROCESS_PARAMETER = "convoy_in_process"
+EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"  # Triton's: the model's own Python environment
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +28,20 @@ class PythonSettings:
     initialize_timeout_s: float = 300.0
     # model.py in the server's process, on the instance's thread: no IPC, and no isolation.
     in_process: bool = False
+    # EXECUTION_ENV_PATH as written ($$TRITON_MODEL_DIRECTORY unresolved); "": the server's.
+    execution_env: str = ""
 
     @classmethod
     def from_config(cls, config: model_config_pb2.ModelConfig) -> PythonSettings:
         params = {key: value.string_value for key, value in config.parameters.items()}
         defaults = cls()
+        if params.get(EXECUTION_ENV_PARAMETER, "").strip() and bool_parameter(
+            config.name, params, IN_PROCESS_PARAMETER
+        ):
+            raise ModelLoadError(
+                f"model '{config.name}': {EXECUTION_ENV_PARAMETER} names an interpreter of its "
+                f"own, which a model in the server's process ({IN_PROCESS_PARAMETER}) cannot use"
+            )
         return cls(
             execute_timeout_s=_seconds(
                 config.name, params, EXECUTE_TIMEOUT_PARAMETER, defaults.execute_timeout_s
@@ -40,6 +50,7 @@ class PythonSettings:
                 config.name, params, INITIALIZE_TIMEOUT_PARAMETER, defaults.initialize_timeout_s
             ),
             in_process=bool_parameter(config.name, params, IN_PROCESS_PARAMETER),
+            execution_env=params.get(EXECUTION_ENV_PARAMETER, "").strip(),
         )
 
 
