@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,6 @@ _UNPACKED = Path(tempfile.gettempdir()) / "convoy-python-envs"
 _PROBE = "import sys, numpy; print('%d.%d' % sys.version_info[:2])"
 _PROBE_TIMEOUT_S = 60.0
 _LEAST_PYTHON = (3, 10)
-_unpacking = threading.Lock()  # one unpack at a time in this process; a file lock across them
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +76,7 @@ def _unpacked(model: str, tarball: Path) -> Path:
     stat = tarball.stat()
     key = f"{tarball.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
     target = _UNPACKED / hashlib.sha256(key).hexdigest()[:24]
-    with _unpacking, _file_lock(_UNPACKED / f"{target.name}.lock"):
+    with _file_lock(_UNPACKED / f"{target.name}.lock"):
         if target.is_dir():
             return target
         scratch = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=_UNPACKED))
@@ -96,7 +94,8 @@ def _unpacked(model: str, tarball: Path) -> Path:
 
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[None]:
-    """Held by one process at a time (servers sharing the temporary directory)."""
+    """Held by one holder at a time: each opening is its own lock, so threads of one server
+    (instances loading in parallel) wait for each other as servers sharing the directory do."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

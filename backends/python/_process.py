@@ -89,7 +89,8 @@ class AskAnswers:
     """How the server answers a worker's questions on their own socket (`answer_asks`)."""
 
     cancelled: Callable[[int, int], bool]  # (batch, request index): its caller went away
-    server: Callable[[dict[str, Any]], dict[str, Any]]  # a metrics or model loading request's
+    # A request of custom metrics or of the model loading API -> its answer.
+    server: Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class WorkerProcess:

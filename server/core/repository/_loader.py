@@ -82,7 +82,9 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Peers:
-    """The other models, as an ensemble sees them: at load (configs) and per request."""
+    """What a version being built sees of the rest of the server: the other models (an
+    ensemble's, at load and per request), and what a Python model's instances reach through
+    pb_utils (custom metrics, the model loading API)."""
 
     config_of: Callable[[str], mc.ModelConfig | None]  # a ready model's effective config
     resolve: Callable[[str, str], ModelVersion]  # (model, version "" = newest) -> ready version
