@@ -41,6 +41,7 @@ from backends.python._worker import (
     ASK_SERVER,
     ASK_UPDATE,
     CANCEL_CHECK,
+    LARGEST_ASK_BYTES,
     LENGTH,
 )
 
@@ -221,8 +222,8 @@ class WorkerProcess:
                     sock.sendall(b"1" if answers.cancelled(*CANCEL_CHECK.unpack(asked)) else b"0")
                     continue
                 head = sock.recv(LENGTH.size, socket.MSG_WAITALL)
-                if len(head) < LENGTH.size:
-                    return
+                if len(head) < LENGTH.size or LENGTH.unpack(head)[0] > LARGEST_ASK_BYTES:
+                    return  # the worker ended, or says it sends more than the server takes
                 try:
                     request = json.loads(sock.recv(LENGTH.unpack(head)[0], socket.MSG_WAITALL))
                 except ValueError:

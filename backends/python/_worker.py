@@ -62,6 +62,10 @@ _PARENT_CHECK_S = 1.0  # how often an orphaned worker notices that the server is
 ASK_CANCEL, ASK_SERVER, ASK_UPDATE = b"c", b"m", b"u"
 CANCEL_CHECK = struct.Struct("!qq")  # an is_cancelled() question: (batch, request index)
 LENGTH = struct.Struct("!I")  # an ASK_SERVER or ASK_UPDATE request's (or answer's) JSON length
+# The largest request a worker may send (its JSON; a model sent as files to `pb_utils.load_model`
+# travels in it, base64-encoded): a model's bytes are not the server's memory to spend, and the
+# server stops answering a worker that announces a larger one.
+LARGEST_ASK_BYTES = 1 << 30
 
 Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
 
@@ -538,6 +542,8 @@ class Asks:
         """pb_utils' server ask: the server's answer to one request; a metric's update
         (`answered` False) is sent without waiting, and the server carries it out in order."""
         body = json.dumps(request).encode()
+        if len(body) > LARGEST_ASK_BYTES:
+            return {"error": f"a request to the server holds {LARGEST_ASK_BYTES >> 20} MiB at most"}
         if not answered:
             with self._lock:
                 self._sock.sendall(ASK_UPDATE + LENGTH.pack(len(body)) + body)
