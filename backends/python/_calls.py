@@ -5,8 +5,9 @@ answers its outputs; a decoupled `exec` opens a `CallStream` instead, whose resp
 pulls one by one ("next") and may cancel ("cancel"): cancelling ends the called request's
 stream, so the called model's `request.is_cancelled()` turns true. `is_cancelled` answers
 whether a request of the running batch was cancelled by its caller. Each answer is the worker's
-("called", call, ...) reply. A worker's plain `exec` calls run side by side (`call_aside`): each
-is answered when it finishes, while the batch's other messages are read.
+("called", call, ...) reply. A worker's plain `exec` calls run side by side (`call_aside`), and
+its decoupled calls' streams are pulled side by side (`next_aside`): each is answered when it
+finishes or its response comes, while the batch's other messages are read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import concurrent.futures
 import json
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Protocol
@@ -73,24 +75,35 @@ def payload_of(outputs: dict[str, Any]) -> Any:
 
 class CallStream:
     """One decoupled `exec`: a task on the event loop takes the called model's responses and
-    queues them for the thread that answers the model's "next"."""
+    queues them for the thread that answers the model's "next", or hands the next one to the
+    answer that waits for it (`next_or_later`)."""
 
     def __init__(self, source: AsyncIterator[Streamed], loop: asyncio.AbstractEventLoop) -> None:
         self._items: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # the pump (on the loop) and the answering thread
+        self._later: Callable[[tuple[Any, bool]], None] | None = None
         self._task = asyncio.run_coroutine_threadsafe(self._pump(source), loop)
 
     async def _pump(self, source: AsyncIterator[Streamed]) -> None:
         try:
             async for outputs, error, final in source:
-                self._items.put((error if outputs is None else payload_of(outputs), final))
+                await self._put((error if outputs is None else payload_of(outputs), final))
                 if final:
                     return
-            self._items.put(("the called model ended its stream without a final response", True))
+            await self._put(("the called model ended its stream without a final response", True))
         except asyncio.CancelledError:
-            self._items.put((_CANCELLED, True))
+            await asyncio.shield(self._put((_CANCELLED, True)))
             raise
         except Exception as exc:  # the request could not run (queue full, model not ready ...)
-            self._items.put((str(exc), True))
+            await self._put((str(exc), True))
+
+    async def _put(self, item: tuple[Any, bool]) -> None:
+        with self._lock:
+            later, self._later = self._later, None
+            if later is None:
+                self._items.put(item)
+        if later is not None:  # an answer waits for it: sent off the loop
+            await asyncio.to_thread(later, item)
 
     def next(self, deadline_ns: int) -> tuple[Any, bool]:
         """The next response's payload and whether it is the final one."""
@@ -98,6 +111,16 @@ class CallStream:
             return self._items.get(timeout=max(deadline_ns - time.monotonic_ns(), 0) / 1e9)
         except queue.Empty:
             raise WorkerFailure("did not return in time", timed_out=True) from None
+
+    def next_or_later(self, later: Callable[[tuple[Any, bool]], None]) -> tuple[Any, bool] | None:
+        """The next response now if it came already; else None, and `later` gets it when it
+        comes (one waits at a time: the model pulls a stream's responses in order)."""
+        with self._lock:
+            try:
+                return self._items.get_nowait()
+            except queue.Empty:
+                self._later = later
+                return None
 
     def cancel(self) -> None:
         """End the called request (its stream's consumer goes away); thread-safe."""
@@ -150,6 +173,27 @@ class Questions:
         is over); thread-safe."""
         cancelled = self._cancelled
         return batch == self._batch and cancelled is not None and cancelled(index)
+
+    def next_aside(
+        self, question: tuple[Any, ...], send: Callable[[tuple[Any, ...]], None]
+    ) -> None:
+        """A ("next", batch, call) question of a worker: answered now when the stream's next
+        response came already, else by `send` when it comes (the caller reads the batch's next
+        messages meanwhile, so that streams are pulled side by side)."""
+        call = question[2]
+        stream = self._streams.get(call)
+        if stream is None:
+            send(("called", call, "the call's stream has ended", True))
+            return
+
+        def answer(item: tuple[Any, bool]) -> None:
+            if item[1]:
+                self._streams.pop(call, None)
+            send(("called", call, *item))
+
+        item = stream.next_or_later(answer)
+        if item is not None:
+            answer(item)
 
     def call_aside(
         self, question: tuple[Any, ...], send: Callable[[tuple[Any, ...]], None]

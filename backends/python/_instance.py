@@ -352,6 +352,8 @@ class PythonInstance:
                 yield reply
             elif reply[0] == "call" and not reply[8]:  # runs aside: calls go side by side
                 self._questions.call_aside(reply, lambda answer: _send_late(worker, answer))
+            elif reply[0] == "next":  # a stream's next response, now or when it comes
+                self._questions.next_aside(reply, lambda answer: _send_late(worker, answer))
             else:
                 worker.send(self._questions.answer(reply, deadline_ns), deadline_ns)
 

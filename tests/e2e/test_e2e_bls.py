@@ -237,6 +237,84 @@ class TritonPythonModel:
 """
 
 
+# Decoupled: sends a first response at once, then its final one once the caller has received
+# its peer's first response (a file the caller makes), or after 20 s; the final says which.
+PING = """
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.peer_received = parameters["peer_received"]["string_value"]
+
+    def execute(self, requests):
+        for request in requests:
+            threading.Thread(target=self._answer, args=(request.get_response_sender(),)).start()
+
+    def _answer(self, sender):
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.zeros(1, np.float32))]))
+        deadline = time.monotonic() + 20
+        while not os.path.exists(self.peer_received) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        met = np.array([float(os.path.exists(self.peer_received))], np.float32)
+        sender.send(
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", met)]),
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
+"""
+
+# Pulls `ping_a` and `ping_b` on two threads at once; after each first response it marks that
+# it received it, and it asks for ping_b's first only once it waits for ping_a's final. Y: how
+# many of the two final responses say their peer's mark came.
+PULL_BOTH = """
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.marks = {n: parameters[n]["string_value"] for n in ("ping_a", "ping_b")}
+
+    def _pull(self, model, finals):
+        x = pb_utils.Tensor("X", np.zeros(1, np.float32))
+        call = pb_utils.InferenceRequest(model_name=model, requested_output_names=["Y"], inputs=[x])
+        stream = iter(call.exec(decoupled=True))
+        if model == "ping_b":  # asks only once the other thread waits for ping_a's final
+            while not os.path.exists(self.marks["ping_a"]):
+                time.sleep(0.01)
+            time.sleep(0.3)
+        next(stream)
+        open(self.marks[model], "w").close()
+        for response in stream:
+            output = pb_utils.get_output_tensor_by_name(response, "Y")
+            if output is not None:
+                finals.append(float(output.as_numpy()[0]))
+
+    def execute(self, requests):
+        finals = []
+        threads = [threading.Thread(target=self._pull, args=(m, finals)) for m in self.marks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        y = pb_utils.Tensor("Y", np.array([sum(finals)], np.float32))
+        return [pb_utils.InferenceResponse([y]) for _ in requests]
+"""
+
+
 def _repository(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     models.write_model(repo, "simple", models.simple(), None)
@@ -265,6 +343,18 @@ def _repository(tmp_path: Path) -> Path:
     models.write_python_model(repo, "meet", MEET, meet)
     fan_out = f'name: "fan_out"\nbackend: "python"\nmax_batch_size: 0\n{one_io}'
     models.write_python_model(repo, "fan_out", FAN_OUT, fan_out)
+    marks = {name: tmp_path / "meeting" / f"{name}.received" for name in ("ping_a", "ping_b")}
+    for name, peer in (("ping_a", "ping_b"), ("ping_b", "ping_a")):
+        ping = f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n{one_io}'
+        ping += "model_transaction_policy { decoupled: true }\n"
+        ping += (
+            f'parameters {{ key: "peer_received" value: {{ string_value: "{marks[peer]}" }} }}\n'
+        )
+        models.write_python_model(repo, name, PING, ping)
+    pull = f'name: "pull_both"\nbackend: "python"\nmax_batch_size: 0\n{one_io}'
+    for name, mark in marks.items():
+        pull += f'parameters {{ key: "{name}" value: {{ string_value: "{mark}" }} }}\n'
+    models.write_python_model(repo, "pull_both", PULL_BOTH, pull)
     slow_io = 'input [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
     slow_io += 'output [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
     slow = f'name: "slow"\nbackend: "python"\nmax_batch_size: 1\n{slow_io}dynamic_batching {{ }}\n'
@@ -340,3 +430,16 @@ def test_async_calls_run_side_by_side(
     with grpcclient.InferenceServerClient(server.url) as triton:
         met = triton.infer("fan_out", [infer_input("X", x, "FP32")], client_timeout=120)
     assert met.as_numpy("Y")[0] == 4.0
+
+
+def test_decoupled_calls_are_pulled_side_by_side(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    """Two threads of a model pull two decoupled calls at once: each called model sends its
+    final response only once the caller received the other's first one, so streams pulled one
+    after the other would each wait alone."""
+    server = start_server(place_python_models(_repository(tmp_path), python_mode))
+    x = np.zeros(1, np.float32)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        met = triton.infer("pull_both", [infer_input("X", x, "FP32")], client_timeout=120)
+    assert met.as_numpy("Y")[0] == 2.0
