@@ -13,6 +13,7 @@ from batching.errors import (
     LatencyTargetError,
     PolicyError,
     QueueFullError,
+    RefusedError,
     RequestTimeoutError,
     SequenceError,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "QueuePolicy",
     "Queued",
     "RateLimiter",
+    "RefusedError",
     "RequestQueue",
     "RequestResult",
     "RequestTimeoutError",

@@ -217,8 +217,8 @@ class Batcher:
             self._queue.push(request)
         except QueueFullError as exc:  # the level is full: back once a request's share has run
             share_ns = request_share_ns(self._times, policy.max_batch_size, len(self._executors))
-            hint_ns = self._turns.tell(now_ns, now_ns + share_ns, share_ns)
-            raise QueueFullError(str(exc), hint_ns) from None
+            exc.retry_after_ns = self._turns.tell(now_ns, now_ns + share_ns, share_ns)
+            raise
         if not self._sleeps_through(request):
             self._wake.set()
         with self._in_flight.counted():

@@ -15,13 +15,17 @@ class PolicyError(BatchingError):
     """The dynamic batching settings of a config are inconsistent."""
 
 
-class QueueFullError(BatchingError):
-    """The request's priority level already holds max_queue_size requests. `retry_after_ns`:
-    when to come back, where the batcher can tell (see `batching.turns`)."""
+class RefusedError(BatchingError):
+    """A request refused on arrival that may come back: after `retry_after_ns`, where the
+    batcher can tell (`batching.turns`)."""
 
     def __init__(self, message: str, retry_after_ns: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_ns = retry_after_ns
+
+
+class QueueFullError(RefusedError):
+    """The request's priority level already holds max_queue_size requests."""
 
 
 class RequestTimeoutError(BatchingError):
@@ -40,15 +44,10 @@ class DeadlineCancelledError(asyncio.CancelledError):
     batcher drops it (under load its loop may look after the deadline has passed)."""
 
 
-class LatencyTargetError(BatchingError):
+class LatencyTargetError(RefusedError):
     """The model's latency target could not be kept for the request: refused on arrival.
-    `retry_after_ns`: when to come back; at least the time the work ahead of it takes to shrink
-    by the excess, and later when other refused requests were told that turn first
-    (`batching.turns`)."""
-
-    def __init__(self, message: str, retry_after_ns: int) -> None:
-        super().__init__(message)
-        self.retry_after_ns = retry_after_ns
+    `retry_after_ns`: at least the time the work ahead of it takes to shrink by the excess, and
+    later when other refused requests were told that turn first."""
 
 
 class ExecutorContractError(BatchingError):

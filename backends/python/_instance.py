@@ -36,7 +36,6 @@ from backends.python._config import (
     model_signature,
     output_specs,
 )
-from backends.python._environment import ExecutionEnvironment, execution_environment
 from backends.python._local import LocalWorker
 from backends.python._outputs import check_outputs
 from backends.python._process import AskAnswers, WorkerFailure, WorkerProcess, WorkerRefused
@@ -69,7 +68,6 @@ class _Model:
     instance: str  # this instance's name (Triton's model_instance_name)
     decoupled: bool  # model_transaction_policy { decoupled: true }
     worker_spec: dict[str, Any]  # the worker's ("initialize", spec) message; never mutated
-    environment: ExecutionEnvironment | None = None  # EXECUTION_ENV_PATH's (None: the server's)
 
     def where(self) -> str:
         return f"model '{self.name}' instance '{self.instance}'"
@@ -134,10 +132,10 @@ class PythonInstance:
         keeps the families the model registers (`pb_utils.MetricFamily`); `control` serves its
         model loading API (`pb_utils.load_model`)."""
         spec = _worker_spec(name, model_dir, version, config)
+        settings = settings.resolved(config.name, model_dir)  # the loader's are already
         if shared is not None:
             spec["shared_dir"] = shared.acquire()
-        environment = _environment(config.name, model_dir, settings)
-        model = _Model(config.name, version, name, is_decoupled(config), spec, environment)
+        model = _Model(config.name, version, name, is_decoupled(config), spec)
         instance = cls(model, config, settings, caller, shared, metrics, control)
         try:
             instance._worker = instance._start_worker()
@@ -183,7 +181,7 @@ class PythonInstance:
         spec = _worker_spec(f"{config.name}_{version}_auto_complete", model_dir, version, config)
         deadline_ns = time.monotonic_ns() + int(settings.initialize_timeout_s * 1e9)
         try:
-            environment = _environment(config.name, model_dir, settings)
+            environment = settings.resolved(config.name, model_dir).environment
             completed = WorkerProcess.auto_complete(spec, deadline_ns, environment)
         except WorkerRefused as refusal:  # model.py did not import, or the method raised
             raise ModelLoadError(f"model '{config.name}': {refusal.reason}") from None
@@ -458,7 +456,7 @@ class PythonInstance:
                 self._model.worker_spec,
                 self._deadline_ns(timeout_s),
                 answers,
-                environment=self._model.environment,
+                environment=self._settings.environment,
             )
             watcher = threading.Thread(
                 target=self._watch, args=(worker,), name=f"{self._model.instance}-watch"
@@ -545,15 +543,6 @@ def _result(
     execute_ns = min(execute_ns, total_ns) or done_ns - sent_ns
     input_ns = min(sent_ns - start_ns, total_ns - execute_ns)
     return ExecutionResult(responses, input_ns, execute_ns, total_ns - input_ns - execute_ns)
-
-
-def _environment(
-    model: str, model_dir: Path, settings: PythonSettings
-) -> ExecutionEnvironment | None:
-    """The model's own execution environment, when its config names one."""
-    if not settings.execution_env:
-        return None
-    return execution_environment(model, model_dir, settings.execution_env)
 
 
 def _worker_spec(

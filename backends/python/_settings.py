@@ -4,10 +4,12 @@ parameters."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from backends.config import bool_parameter
 from backends.errors import ModelLoadError
+from backends.python._environment import ExecutionEnvironment, execution_environment
 from proto import model_config_pb2
 
 EXECUTE_TIMEOUT_PARAMETER = "convoy_execute_timeout_s"
@@ -30,6 +32,8 @@ class PythonSettings:
     in_process: bool = False
     # EXECUTION_ENV_PATH as written ($$TRITON_MODEL_DIRECTORY unresolved); "": the server's.
     execution_env: str = ""
+    # Its environment, found, unpacked and checked (`resolved`); None: not yet, or none named.
+    environment: ExecutionEnvironment | None = None
 
     @classmethod
     def from_config(cls, config: model_config_pb2.ModelConfig) -> PythonSettings:
@@ -52,6 +56,15 @@ class PythonSettings:
             in_process=bool_parameter(config.name, params, IN_PROCESS_PARAMETER),
             execution_env=params.get(EXECUTION_ENV_PARAMETER, "").strip(),
         )
+
+    def resolved(self, model: str, model_dir: Path) -> PythonSettings:
+        """These settings with EXECUTION_ENV_PATH's environment found, unpacked and checked
+        (ModelLoadError when it cannot serve); blocking. Once per version: its instances and
+        its auto-complete share it."""
+        if not self.execution_env or self.environment is not None:
+            return self
+        environment = execution_environment(model, model_dir, self.execution_env)
+        return replace(self, environment=environment)
 
 
 def _seconds(model: str, params: dict[str, str], key: str, default: float) -> float:

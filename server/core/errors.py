@@ -14,6 +14,7 @@ from batching import (
     LatencyTargetError,
     PolicyError,
     QueueFullError,
+    RefusedError,
     RequestTimeoutError,
     SequenceError,
 )
@@ -40,7 +41,7 @@ LOWER_ERROR_BASES: tuple[type[Exception], ...] = (BackendError, BatchingError)
 
 def contract_error(error: BackendError | BatchingError) -> contract.ServerError:
     """The contract's error for a lower package's (its nearest mapped class; else internal)."""
-    if isinstance(error, LatencyTargetError | QueueFullError) and error.retry_after_ns:
+    if isinstance(error, RefusedError) and error.retry_after_ns:
         # A refusal that says when to come back.
         return contract.UnavailableError(str(error), math.ceil(error.retry_after_ns / 1e6))
     for cls in type(error).__mro__:

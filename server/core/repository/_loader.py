@@ -168,6 +168,7 @@ class _Opening:
     shared: SharedArrays  # what a Python model's instances share (`pb_utils.shared_array`)
     metrics: CustomMetrics  # the server's custom metrics (`pb_utils.MetricFamily`)
     control: ModelControl  # the model loading API, for a Python model's threads
+    python: PythonSettings | None  # a Python model's, its environment resolved for the version
 
 
 async def _build_version(
@@ -186,6 +187,8 @@ async def _build_version(
     source = VersionSource(
         config.SerializeToString(deterministic=True), (info.st_size, info.st_mtime_ns)
     )
+    if previous is not None and previous.source == source:
+        return previous
     # Planned from the config as written: the first instance opens before auto-complete.
     placements = plan(config)
     opening = _Opening(
@@ -199,17 +202,25 @@ async def _build_version(
         SharedArrays(f"{config.name}-{version}"),
         peers.custom_metrics,
         from_thread(peers.model_loading, asyncio.get_running_loop()),
+        await _python_settings(config, path),
     )
-    if previous is not None:
-        if previous.source == source:
-            return previous
-        if previous.source.file_stamp == source.file_stamp and _only_counts_differ(
-            previous.source.config, source.config
-        ):
-            # Instances added to the version share what its instances already share.
-            await _resize(previous, config, source, replace(opening, shared=_shared_of(previous)))
-            return previous
+    if (
+        previous is not None
+        and previous.source.file_stamp == source.file_stamp
+        and _only_counts_differ(previous.source.config, source.config)
+    ):
+        # Instances added to the version share what its instances already share.
+        await _resize(previous, config, source, replace(opening, shared=_shared_of(previous)))
+        return previous
     return await _new_version(config, source, opening)
+
+
+async def _python_settings(config: mc.ModelConfig, path: Path) -> PythonSettings | None:
+    """A Python model's settings, its execution environment resolved once (a tarball unpacked,
+    its interpreter checked) for every instance of the version; None for other backends."""
+    if config.backend != PYTHON_BACKEND:
+        return None
+    return await asyncio.to_thread(PythonSettings.from_config(config).resolved, config.name, path)
 
 
 async def _new_version(
@@ -222,9 +233,9 @@ async def _new_version(
     try:
         if python:  # model.py may complete the config; initialize() sees the completed one
             if opening.completion.enabled:
-                settings = PythonSettings.from_config(config)
+                assert opening.python is not None  # resolved for every Python model
                 config = await asyncio.to_thread(
-                    PythonInstance.complete_config, path, version, config, settings
+                    PythonInstance.complete_config, path, version, config, opening.python
                 )
             check_python_io(config)
             effective = _complete(config, ModelSignature((), ()), opening.completion)
@@ -315,7 +326,7 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
             opening.path,
             opening.version,
             config,
-            PythonSettings.from_config(config),
+            opening.python or PythonSettings.from_config(config),
             opening.caller,
             opening.shared,
             opening.metrics,
