@@ -38,7 +38,6 @@ from batching.messages import (
 from batching.policy import (
     BatchPolicy,
     Candidate,
-    Decision,
     QueuePolicy,
     grows_quietly,
     next_batch,
@@ -51,7 +50,11 @@ _log = logging.getLogger(__name__)
 
 Observer = Callable[[ExecutionRecord], None]
 
-_WAIT_GAIN_TTL_NS = 1_000_000_000  # how long a measured wait gain is trusted
+# The adaptive delay waits out the whole delay again (a probe) when its reach is this old, or
+# 20 delays old where that is longer: probes then hold batches at most 5% of the time.
+_PROBE_EVERY_NS = 100_000_000
+_PROBE_EVERY_DELAYS = 20
+_PROBES_REMEMBERED = 10  # a probe after this many probe intervals starts the reach anew
 
 
 @dataclass(slots=True)
@@ -61,6 +64,7 @@ class _Quiet:
 
     rows: int | None
     due_ns: int | None  # when its alarm rings anyway (None: only when woken)
+    reach: float | None  # the adaptive delay's reach the wait was chosen with
 
 
 class Batcher:
@@ -83,10 +87,11 @@ class Batcher:
         self._gate = gate  # the rate limiter an instance asks before it runs (None: never waits)
         self._closed = False
         self._in_flight = InFlight()  # requests accepted and not yet answered
-        # Adaptive delay: how much recent waits grew their batches, and since when it is known.
-        self._wait_gain: float | None = None
-        self._wait_gain_ns = 0
-        self._waiting_from: int | None = None  # pending batch size when the current wait began
+        # Adaptive delay: the batch size that waits for the whole delay reached lately, and
+        # when the last such wait (a probe) ended.
+        self._reach: float | None = None
+        self._reach_ns = 0
+        self._probe_every_ns = max(_PROBE_EVERY_NS, _PROBE_EVERY_DELAYS * policy.max_queue_delay_ns)
         # Latency target: what batches are formed with, and the keeper that chooses it.
         # Every batch's time: a request that cannot finish before its deadline never runs.
         self._times = BatchTimes()
@@ -252,7 +257,7 @@ class Batcher:
         if quiet.rows is None:
             return True
         rows = request.candidate.batch_size
-        if not grows_quietly(self._forming, quiet.rows, rows):
+        if not grows_quietly(self._forming, quiet.rows, rows, quiet.reach):
             return False
         quiet.rows += rows
         return True
@@ -277,23 +282,21 @@ class Batcher:
                     BatcherClosedError(f"model '{self._name}' stopped before the request ran")
                 )
 
-    def _known_wait_gain(self, now_ns: int) -> float | None:
-        # Forget the gain after a while, so that one wait now and then measures it again.
-        if now_ns - self._wait_gain_ns > _WAIT_GAIN_TTL_NS:
+    def _known_reach(self, now_ns: int) -> float | None:
+        """The adaptive delay's reach; None when a probe is due: the next batch then waits as
+        Triton's would, and the size it reaches is measured. Only probes measure it, since a
+        batch sent at the reach hides how far it would have grown."""
+        if now_ns - self._reach_ns > self._probe_every_ns:
             return None
-        return self._wait_gain
+        return self._reach
 
-    def _note_decision(self, decision: Decision, now_ns: int) -> None:
-        if decision.count == 0:
-            if decision.wait_until_ns is not None and self._waiting_from is None:
-                self._waiting_from = decision.size
-            return
-        if self._waiting_from is not None:
-            gain = decision.size - self._waiting_from
-            previous = self._wait_gain
-            self._wait_gain = gain if previous is None else (3 * previous + gain) / 4
-            self._wait_gain_ns = now_ns
-            self._waiting_from = None
+    def _note_probe(self, size: int, now_ns: int) -> None:
+        previous = self._reach
+        if previous is None or now_ns - self._reach_ns > _PROBES_REMEMBERED * self._probe_every_ns:
+            self._reach = float(size)
+        else:  # up at once (more clients), down halfway (random arrivals' noise)
+            self._reach = max(float(size), (previous + size) / 2)
+        self._reach_ns = now_ns
 
     async def _run(self) -> None:
         while True:
@@ -306,16 +309,17 @@ class Batcher:
                 _fail(request, self._expired(request, now_ns))
             wait_until_ns = None
             quiet_rows: int | None = None  # the rows of a batch waited for (None: busy)
+            reach = None
             if self._idle and len(self._queue):
+                forming = self._forming
+                reach = self._known_reach(now_ns) if forming.adaptive_delay else None
                 decision = next_batch(
-                    (request.candidate for request in self._queue),
-                    self._forming,
-                    now_ns,
-                    self._known_wait_gain(now_ns),
+                    (request.candidate for request in self._queue), forming, now_ns, reach
                 )
-                self._note_decision(decision, now_ns)
                 executor = self._runnable() if decision.count else None
                 if executor is not None:
+                    if forming.adaptive_delay and reach is None:
+                        self._note_probe(decision.size, now_ns)
                     self._dispatch(self._queue.take(decision.count), executor)
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
@@ -327,7 +331,7 @@ class Batcher:
             deadline_ns = self._queue.next_deadline_ns(horizon_ns)
             if self._may_sleep_through and (not self._idle or wait_until_ns is not None):
                 due = [d for d in (wait_until_ns, deadline_ns) if d is not None]
-                self._quiet = _Quiet(quiet_rows, min(due) if due else None)
+                self._quiet = _Quiet(quiet_rows, min(due) if due else None, reach)
             try:
                 await self._wake.sleep(now_ns, wait_until_ns, deadline_ns)
             finally:

@@ -70,7 +70,7 @@ class BatchPolicy:
     default_priority_level: int  # in 1..priority_levels
     queue_policies: tuple[QueuePolicy, ...]  # one per level, index 0 is level 1
     equal_shape_inputs: tuple[str, ...] = ()  # inputs whose shapes must match within a batch
-    adaptive_delay: bool = False  # Convoy's opt-in: skip waits that recently did not pay off
+    adaptive_delay: bool = False  # Convoy's opt-in: end a wait at the size recent waits reached
     latency_target_ns: int = 0  # convoy_latency_target_ms (p99 in the server); 0: none
     fair_share: bool = False  # convoy_fair_share: a level serves its clients' classes in turn
     share_weights: tuple[tuple[str, int], ...] = ()  # (class, weight >= 1); others weigh 1
@@ -192,12 +192,12 @@ def next_batch(
     candidates: Iterable[Candidate],
     policy: BatchPolicy,
     now_ns: int,
-    wait_gain: float | None = None,
+    reach: float | None = None,
 ) -> Decision:
     """Triton's choice for the next batch, from the queued requests in service order.
 
-    `wait_gain` is how much recent waits grew their batches (in batch units, None: unknown);
-    only the adaptive delay reads it, to skip a wait that would not grow the batch.
+    `reach` is the batch size that recent waits for the whole delay reached (None: unknown);
+    only the adaptive delay reads it, to send a batch that has reached it without waiting on.
     """
     if not policy.dynamic:
         first = next(iter(candidates), None)
@@ -235,15 +235,18 @@ def next_batch(
         return Decision(count, size=pending)
     if delay_exceeded or policy.max_queue_delay_ns == 0:
         return Decision(count, size=pending)
-    if policy.adaptive_delay and wait_gain is not None and wait_gain < 1.0:
-        # Waiting lately brought less than one more request per batch: do not pay the delay.
+    if policy.adaptive_delay and reach is not None and pending >= reach:
+        # Waiting out the delay lately grew no batch beyond this: the rest would be idle.
         return Decision(count, size=pending)
     return Decision(0, oldest_ns + policy.max_queue_delay_ns, size=pending)
 
 
-def grows_quietly(policy: BatchPolicy, pending: int, rows: int) -> bool:
+def grows_quietly(policy: BatchPolicy, pending: int, rows: int, reach: float | None = None) -> bool:
     """Whether `rows` joining the end of a batch of `pending` rows that `next_batch` chose to
-    wait for (all of one shape) leave that choice a wait: the batch reaches no preferred size,
-    nor the largest (so not the maximum either)."""
+    wait for (all of one shape, with the same `reach`) leave that choice a wait: the batch
+    reaches no preferred size, nor the largest (so not the maximum either), nor the adaptive
+    delay's reach."""
     total = pending + rows
+    if policy.adaptive_delay and reach is not None and total >= reach:
+        return False
     return total < policy.preferred_batch_sizes[-1] and total not in policy.preferred_batch_sizes

@@ -272,11 +272,52 @@ async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiti
         start = loop.time()
         await batcher.infer(_x(i), 1)
         latencies.append(loop.time() - start)
-    assert latencies[0] >= 0.045  # the first wait measures the gain: none
+    assert latencies[0] >= 0.045  # the first wait (a probe) reaches one request
     assert max(latencies[1:]) < 0.02  # then the delay is skipped
     # Many clients at once: waiting pays off again, and batches form.
     await asyncio.gather(*(batcher.infer(_x(i), 1) for i in range(16)))
     assert max(r.batch_size for r in records) > 1
+    await batcher.stop(1.0)
+
+
+async def test_adaptive_delay_sends_clients_in_step_once_all_are_in() -> None:
+    adaptive = BatchPolicy.from_config(
+        parse_config(
+            'name: "m" max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 50000 } '
+            'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
+            "inline",
+        )
+    )
+    records: list[ExecutionRecord] = []
+    batcher = Batcher("m", [Doubler()], adaptive, records.append)
+    await batcher.start()
+    loop = asyncio.get_running_loop()
+
+    async def client(think_s: float, rounds: int, latencies: list[float]) -> None:
+        for i in range(rounds):  # each sends again a little after it is answered
+            await asyncio.sleep(think_s)
+            start = loop.time()
+            await batcher.infer(_x(i), 1)
+            latencies.append(loop.time() - start)
+
+    async def clients(count: int, rounds: int) -> list[list[float]]:
+        latencies: list[list[float]] = [[] for _ in range(count)]
+        await asyncio.gather(*(client(0.002 * i, rounds, mine) for i, mine in enumerate(latencies)))
+        return latencies
+
+    four = await clients(4, 5)
+    # The first batch waits out the delay (a probe) and reaches 4: the next ones go as soon as
+    # their fourth request is in, where Triton's batcher would wait 50 ms for each.
+    assert four[0][0] >= 0.045
+    assert max(max(mine[1:]) for mine in four) < 0.03
+    assert [r.batch_size for r in records] == [4] * 5
+    # Later, six clients: a probe (the reach is 20 delays old) finds six, and batches of six
+    # follow.
+    await asyncio.sleep(1.05)
+    records.clear()
+    six = await clients(6, 5)
+    assert max(max(mine[1:]) for mine in six) < 0.03
+    assert [r.batch_size for r in records] == [6] * 5
     await batcher.stop(1.0)
 
 

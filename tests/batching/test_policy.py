@@ -89,24 +89,44 @@ def test_preferred_sizes_default_to_max_batch_size() -> None:
     assert policy("dynamic_batching {}").preferred_batch_sizes == (8,)
 
 
-def test_adaptive_delay_skips_waits_that_did_not_grow_batches() -> None:
+ADAPTIVE = 'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }'
+
+
+def test_adaptive_delay_sends_a_batch_once_it_reaches_what_waits_reached() -> None:
     chosen = policy(
-        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 } "
-        'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }'
+        f"dynamic_batching {{ preferred_batch_size: [8] max_queue_delay_microseconds: 2000 }} "
+        f"{ADAPTIVE}"
     )
-    # Recent waits gained nothing (a lone client): send at once instead of paying 2 ms.
-    assert next_batch(queued(1), chosen, 0, wait_gain=0.0) == Decision(1, size=1)
-    # Recent waits gathered several more requests per batch: wait as Triton would.
-    assert next_batch(queued(1), chosen, 0, wait_gain=3.0) == Decision(0, 2 * MS, size=1)
-    # Unknown gain: wait, which measures it.
+    # A lone client: waiting out the delay reached one request, so one is sent at once.
+    assert next_batch(queued(1), chosen, 0, reach=1.0) == Decision(1, size=1)
+    # Four clients in step: waits reached four; three wait on, the fourth completes the batch.
+    assert next_batch(queued(1, 1, 1), chosen, 0, reach=4.0) == Decision(0, 2 * MS, size=3)
+    assert next_batch(queued(1, 1, 1, 1), chosen, 0, reach=4.0) == Decision(4, size=4)
+    # A smoothed reach between sizes: the larger size completes it.
+    assert next_batch(queued(2, 2), chosen, 0, reach=4.5) == Decision(0, 2 * MS, size=4)
+    assert next_batch(queued(2, 3), chosen, 0, reach=4.5) == Decision(2, size=5)
+    # Unknown reach (a probe): wait as Triton would, which measures it.
     assert next_batch(queued(1), chosen, 0) == Decision(0, 2 * MS, size=1)
 
 
-def test_without_the_opt_in_the_gain_is_ignored() -> None:
+def test_without_the_opt_in_the_reach_is_ignored() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
     )
-    assert next_batch(queued(1), chosen, 0, wait_gain=0.0) == Decision(0, 2 * MS, size=1)
+    assert next_batch(queued(1), chosen, 0, reach=1.0) == Decision(0, 2 * MS, size=1)
+    assert grows_quietly(chosen, 1, 1, reach=2.0)
+
+
+def test_an_arrival_that_completes_the_reach_ends_the_quiet_wait() -> None:
+    chosen = policy(f"dynamic_batching {{ max_queue_delay_microseconds: 2000 }} {ADAPTIVE}")
+    for pending in range(1, 7):
+        for rows in range(1, 8 - pending):
+            for reach in (None, 2.0, 3.5, 6.0):
+                waiting = queued(pending)
+                if next_batch(waiting, chosen, 0, reach).count:
+                    continue
+                decision = next_batch([*waiting, *queued(rows)], chosen, 0, reach)
+                assert grows_quietly(chosen, pending, rows, reach) == (decision.count == 0)
 
 
 def test_priority_levels_and_queue_policies() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +60,14 @@ CONFIGS = {
         _mlp_config("mlp_batched", "dynamic_batching { max_queue_delay_microseconds: 20000 }"),
     ),
     "mlp_unbatched": ("mlp", _mlp_config("mlp_unbatched", "")),
+    "mlp_adaptive": (
+        "mlp",
+        _mlp_config(
+            "mlp_adaptive",
+            "dynamic_batching { max_queue_delay_microseconds: 300000 }\n"
+            'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
+        ),
+    ),
     "resnet_small_queue": (
         "resnet",
         _resnet_config(
@@ -188,6 +197,38 @@ def test_256_concurrent_mixed_batch_requests_each_get_their_own_answer(
     assert executions < inferences
     assert any(s.batch_size > 4 for s in after.batch_stats)
     assert after.inference_stats.queue.count - before.inference_stats.queue.count == 256
+
+
+def test_the_adaptive_delay_sends_clients_in_step_without_waiting_out_the_delay(
+    server: ConvoyServer, client: grpcclient.InferenceServerClient
+) -> None:
+    """Four tritonclient clients, each sending its next request a little after its answer,
+    against a 300 ms delay that no batch fills (max_batch_size 64): the first batch waits it out
+    and reaches 4; the next ones are sent once their fourth request is in."""
+    before = _stats(client, "mlp_adaptive")
+    rounds = 6
+    latencies: list[list[float]] = [[] for _ in range(4)]
+
+    def run(index: int) -> None:
+        with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as own:
+            tensor = grpcclient.InferInput("INPUT", [1, 256], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 256), index, np.float32))
+            for _ in range(rounds):
+                time.sleep(0.01 * index)
+                start = time.monotonic()
+                own.infer("mlp_adaptive", [tensor])
+                latencies[index].append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert latencies[0][0] >= 0.25  # the probe: Triton's wait
+    assert max(max(mine[1:]) for mine in latencies) < 0.2
+    after = _stats(client, "mlp_adaptive")
+    assert after.inference_count - before.inference_count == 4 * rounds
+    assert after.execution_count - before.execution_count == rounds
 
 
 def test_without_dynamic_batching_each_request_runs_alone(
