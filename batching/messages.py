@@ -50,9 +50,12 @@ class Executor(Protocol):
         ...
 
 
-# The sequence batcher hands each request's correlation id to its executor among the request's
-# parameters under Triton's reserved name, which no client parameter reaches a model with.
+# The sequence batcher hands each request's correlation id, and its START and END flags where
+# set (True), to its executor among the request's parameters under Triton's reserved names,
+# which no client parameter reaches a model with.
 CORRELATION_ID = "sequence_id"
+SEQUENCE_START = "sequence_start"
+SEQUENCE_END = "sequence_end"
 
 
 @dataclass(frozen=True, slots=True)

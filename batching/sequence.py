@@ -42,6 +42,8 @@ from batching.limiter import ExecutionGate
 from batching.messages import (
     CORRELATION_ID,
     NO_PARAMETERS,
+    SEQUENCE_END,
+    SEQUENCE_START,
     ExecutionRecord,
     Executor,
     Parameters,
@@ -510,12 +512,7 @@ class SequenceBatcher:
             self._null_inputs(template) if entry is None else self._inputs(*entry)
             for entry in batch
         ]
-        parameters = [
-            NO_PARAMETERS
-            if entry is None
-            else {**entry[1].parameters, CORRELATION_ID: entry[0].correlation_id}
-            for entry in batch
-        ]
+        parameters = [NO_PARAMETERS if entry is None else _parameters(*entry) for entry in batch]
         record = ExecutionRecord(len(real), len(real), 0, 0, 0, succeeded=False)
         try:
             try:
@@ -628,6 +625,17 @@ class SequenceBatcher:
     def _report(self, record: ExecutionRecord) -> None:
         if self._observer is not None:
             self._observer(record)
+
+
+def _parameters(sequence: _Sequence, request: _Request) -> Parameters:
+    """A request's parameters as its executor gets them: its own, its correlation id, and its
+    START and END flags where set."""
+    parameters: dict[str, Any] = {**request.parameters, CORRELATION_ID: sequence.correlation_id}
+    if request.start:
+        parameters[SEQUENCE_START] = True
+    if request.end:
+        parameters[SEQUENCE_END] = True
+    return parameters
 
 
 def _corrid(correlation_id: int | str, dtype: np.dtype[Any]) -> np.ndarray:

@@ -160,8 +160,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     """A running total per sequence, kept by the model itself and keyed by the CORRID control
-    (which must be the request's correlation_id()): START resets it to INPUT, every request adds
-    INPUT, END forgets the sequence."""
+    (which must be the request's correlation_id(), as START and END must be its flags()): START
+    resets it to INPUT, every request adds INPUT, END forgets the sequence."""
 
     def initialize(self, args):
         self.totals = {}
@@ -176,6 +176,13 @@ class TritonPythonModel:
             corrid = int(read("CORRID").reshape(-1)[0])
             if read("READY").reshape(-1)[0] and corrid != request.correlation_id():
                 error = pb_utils.TritonError(f"CORRID {corrid} is not {request.correlation_id()}")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            flags = (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START * bool(read("START")[0])) | (
+                pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END * bool(read("END")[0])
+            )
+            if read("READY").reshape(-1)[0] and flags != request.flags():
+                error = pb_utils.TritonError(f"flags {request.flags()} are not {flags}")
                 responses.append(pb_utils.InferenceResponse(error=error))
                 continue
             if read("READY").reshape(-1)[0]:

@@ -148,12 +148,19 @@ class ModelServer:
         pb = self._utils
         requests = []
         for index, arrays in enumerate(inputs):
-            # A sequence batcher passes the correlation id under Triton's reserved name.
+            # A sequence batcher passes the correlation id, and the START and END flags where
+            # set, under Triton's reserved names.
             own = dict(parameters[index])
             correlation_id = own.pop("sequence_id", 0)
+            flags = 0
+            if own.pop("sequence_start", False):
+                flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+            if own.pop("sequence_end", False):
+                flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
             requests.append(
                 pb.InferenceRequest(
                     correlation_id=correlation_id,
+                    flags=flags,
                     inputs=[pb.Tensor(name, _writable(array)) for name, array in arrays.items()],
                     requested_output_names=output_names,
                     model_name=self._model_name,

@@ -67,6 +67,7 @@ class Accumulator:
         self.name = name
         self.delay_s = delay_s
         self.batches: list[Sequence[TensorMap]] = []
+        self.parameters: list[Sequence[Parameters]] = []
 
     async def execute(
         self,
@@ -75,6 +76,7 @@ class Accumulator:
         device_outputs: bool = False,
     ) -> Result:
         self.batches.append(requests)
+        self.parameters.append(parameters)
         await asyncio.sleep(self.delay_s)
         responses: list[dict[str, np.ndarray] | Exception] = []
         for request in requests:
@@ -198,6 +200,13 @@ async def test_controls_and_null_requests_reach_the_model() -> None:
     assert last[0]["READY"].tolist() == [[0.0]] and last[0]["CORRID"].tolist() == [[0]]
     assert last[1]["READY"].tolist() == [[1.0]] and last[1]["END"].tolist() == [[True]]
     assert last[1]["CORRID"].tolist() == [[22]] and last[1]["START"].tolist() == [[0]]
+    # The executor gets each request's correlation id, and its START and END flags where set
+    # (a Python model's correlation_id() and flags()); a null request gets none.
+    assert [[dict(each) for each in batch] for batch in executor.parameters] == [
+        [{"sequence_id": 11, "sequence_start": True}],
+        [{}, {"sequence_id": 22, "sequence_start": True}],
+        [{}, {"sequence_id": 22, "sequence_end": True}],
+    ]
     await batcher.stop(1.0)
 
 

@@ -93,3 +93,94 @@ def test_generate_stream_sends_every_response_of_a_decoupled_model(
         ]
     assert [e["INDEX"] for e in events] == [0, 1, 2]
     assert {e["model_name"] for e in events} == {"repeat"}
+
+
+STREAMED_TOTALS = '''\
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """A running total per sequence (its START and END read from the request's flags()), sent
+    from a thread after execute returns: the total, ten times it, then the final flag."""
+
+    def initialize(self, args):
+        self.totals = {}
+
+    def execute(self, requests):
+        for request in requests:
+            def read(name):
+                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+            corrid, flags = request.correlation_id(), request.flags()
+            start = flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+            total = int(read("INPUT")[0]) + (0 if start else self.totals[corrid])
+            self.totals[corrid] = total
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.totals[corrid]
+            threading.Thread(target=self.send, args=(request.get_response_sender(), total)).start()
+        return None
+
+    def send(self, sender, total):
+        for value in (total, total * 10):
+            output = pb_utils.Tensor("OUTPUT", np.array([value], dtype=np.int32))
+            sender.send(pb_utils.InferenceResponse(output_tensors=[output]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''
+
+
+def test_a_decoupled_stateful_model_streams_each_sequences_responses_in_order(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    """Two sequences interleaved on one stream through the sequence batcher: each request's
+    responses come after the one before it in its sequence has sent its final flag."""
+    repo = tmp_path / "repo"
+    models.write_python_model(
+        repo,
+        "totals",
+        STREAMED_TOTALS,
+        'name: "totals"\nbackend: "python"\nmax_batch_size: 0\n'
+        "model_transaction_policy { decoupled: true }\n"
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        "sequence_batching { }\n",
+    )
+    server = start_server(place_python_models(repo, python_mode))
+    results: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    sent = {21: [1, 2, 3], 22: [100, 200, 300]}
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        triton.start_stream(callback=lambda result, error: results.put((result, error)))
+        for step in range(3):
+            for sequence, values in sent.items():
+                triton.async_stream_infer(
+                    "totals",
+                    [infer_input("INPUT", np.array([values[step]], np.int32), "INT32")],
+                    request_id=f"{sequence}-{step}",
+                    sequence_id=sequence,
+                    sequence_start=step == 0,
+                    sequence_end=step == 2,
+                )
+        # A sequence the server never saw start: Triton's error, in band.
+        triton.async_stream_infer(
+            "totals",
+            [infer_input("INPUT", np.array([1], np.int32), "INT32")],
+            request_id="stray",
+            sequence_id=23,
+        )
+        seen: dict[str, list[int]] = {}
+        errors = []
+        for _ in range(2 * 6 + 1):
+            result, error = results.get(timeout=20)
+            if error is not None:
+                errors.append(str(error))
+                continue
+            assert result is not None
+            seen.setdefault(result.get_response().id, []).append(int(result.as_numpy("OUTPUT")[0]))
+        triton.stop_stream()
+    for sequence, values in sent.items():
+        totals = np.cumsum(values)
+        for step in range(3):
+            assert seen[f"{sequence}-{step}"] == [totals[step], totals[step] * 10]
+    assert len(errors) == 1 and "must specify the START flag" in errors[0], errors

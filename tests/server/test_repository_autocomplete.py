@@ -126,8 +126,10 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
     [
         ('backend: "tensorflow"', "backend 'tensorflow' is not supported"),
         (
-            "sequence_batching { } model_transaction_policy { decoupled: true }",
-            "decoupled model with sequence_batching is not supported",
+            'backend: "python" sequence_batching { state [ { input_name: "S" '
+            'output_name: "S_OUT" data_type: TYPE_FP32 dims: [1] } ] } '
+            "model_transaction_policy { decoupled: true }",
+            "a decoupled model cannot keep implicit state",
         ),
         ('platform: "tensorrt_plan"', "backend 'tensorrt_plan' is not supported"),
         (

@@ -42,9 +42,10 @@ def check_backend(config: mc.ModelConfig) -> None:
             f'platform "{PYTORCH_PLATFORM}" or "{AOTI_PLATFORM}", backend "{OPENVINO_BACKEND}", '
             f'backend "{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
         )
-    if config.HasField("sequence_batching") and config.model_transaction_policy.decoupled:
+    if config.sequence_batching.state and config.model_transaction_policy.decoupled:
         raise ConfigError(
-            f"model '{config.name}': a decoupled model with sequence_batching is not supported"
+            f"model '{config.name}': a decoupled model cannot keep implicit state "
+            "(sequence_batching state): its responses go to the client as it sends them"
         )
     if config.model_transaction_policy.decoupled and not python:
         raise ConfigError(
