@@ -41,6 +41,7 @@ from batching.policy import (
     QueuePolicy,
     grows_quietly,
     next_batch,
+    next_reach,
 )
 from batching.queue import Queued, RequestQueue, split_expired
 from batching.target import BatchTimes, TargetKeeper, request_share_ns
@@ -64,7 +65,7 @@ class _Quiet:
 
     rows: int | None
     due_ns: int | None  # when its alarm rings anyway (None: only when woken)
-    reach: float | None  # the adaptive delay's reach the wait was chosen with
+    reach: int | None  # the adaptive delay's reach the wait was chosen with
 
 
 class Batcher:
@@ -89,7 +90,7 @@ class Batcher:
         self._in_flight = InFlight()  # requests accepted and not yet answered
         # Adaptive delay: the batch size that waits for the whole delay reached lately, and
         # when the last such wait (a probe) ended.
-        self._reach: float | None = None
+        self._reach: int | None = None
         self._reach_ns = 0
         self._probe_every_ns = max(_PROBE_EVERY_NS, _PROBE_EVERY_DELAYS * policy.max_queue_delay_ns)
         # Latency target: what batches are formed with, and the keeper that chooses it.
@@ -282,7 +283,7 @@ class Batcher:
                     BatcherClosedError(f"model '{self._name}' stopped before the request ran")
                 )
 
-    def _known_reach(self, now_ns: int) -> float | None:
+    def _known_reach(self, now_ns: int) -> int | None:
         """The adaptive delay's reach; None when a probe is due: the next batch then waits as
         Triton's would, and the size it reaches is measured. Only probes measure it, since a
         batch sent at the reach hides how far it would have grown."""
@@ -291,11 +292,8 @@ class Batcher:
         return self._reach
 
     def _note_probe(self, size: int, now_ns: int) -> None:
-        previous = self._reach
-        if previous is None or now_ns - self._reach_ns > _PROBES_REMEMBERED * self._probe_every_ns:
-            self._reach = float(size)
-        else:  # up at once (more clients), down halfway (random arrivals' noise)
-            self._reach = max(float(size), (previous + size) / 2)
+        remembered = now_ns - self._reach_ns <= _PROBES_REMEMBERED * self._probe_every_ns
+        self._reach = next_reach(self._reach if remembered else None, size)
         self._reach_ns = now_ns
 
     async def _run(self) -> None:

@@ -192,7 +192,7 @@ def next_batch(
     candidates: Iterable[Candidate],
     policy: BatchPolicy,
     now_ns: int,
-    reach: float | None = None,
+    reach: int | None = None,
 ) -> Decision:
     """Triton's choice for the next batch, from the queued requests in service order.
 
@@ -241,7 +241,16 @@ def next_batch(
     return Decision(0, oldest_ns + policy.max_queue_delay_ns, size=pending)
 
 
-def grows_quietly(policy: BatchPolicy, pending: int, rows: int, reach: float | None = None) -> bool:
+def next_reach(previous: int | None, reached: int) -> int:
+    """The adaptive delay's reach after a probe reached `reached` rows: up at once (more clients
+    came), down halfway (one probe under random arrivals is noisy), in whole rows, so that it
+    comes down to the probe's own size, 1 for a lone client, in a few probes."""
+    if previous is None or reached >= previous:
+        return reached
+    return (previous + reached) // 2
+
+
+def grows_quietly(policy: BatchPolicy, pending: int, rows: int, reach: int | None = None) -> bool:
     """Whether `rows` joining the end of a batch of `pending` rows that `next_batch` chose to
     wait for (all of one shape, with the same `reach`) leave that choice a wait: the batch
     reaches no preferred size, nor the largest (so not the maximum either), nor the adaptive

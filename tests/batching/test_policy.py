@@ -3,7 +3,7 @@
 import pytest
 
 from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
-from batching.policy import grows_quietly
+from batching.policy import grows_quietly, next_reach
 from server.core.repository import parse_config
 
 MS = 1_000_000  # nanoseconds
@@ -98,30 +98,40 @@ def test_adaptive_delay_sends_a_batch_once_it_reaches_what_waits_reached() -> No
         f"{ADAPTIVE}"
     )
     # A lone client: waiting out the delay reached one request, so one is sent at once.
-    assert next_batch(queued(1), chosen, 0, reach=1.0) == Decision(1, size=1)
+    assert next_batch(queued(1), chosen, 0, reach=1) == Decision(1, size=1)
     # Four clients in step: waits reached four; three wait on, the fourth completes the batch.
-    assert next_batch(queued(1, 1, 1), chosen, 0, reach=4.0) == Decision(0, 2 * MS, size=3)
-    assert next_batch(queued(1, 1, 1, 1), chosen, 0, reach=4.0) == Decision(4, size=4)
-    # A smoothed reach between sizes: the larger size completes it.
-    assert next_batch(queued(2, 2), chosen, 0, reach=4.5) == Decision(0, 2 * MS, size=4)
-    assert next_batch(queued(2, 3), chosen, 0, reach=4.5) == Decision(2, size=5)
+    assert next_batch(queued(1, 1, 1), chosen, 0, reach=4) == Decision(0, 2 * MS, size=3)
+    assert next_batch(queued(1, 1, 1, 1), chosen, 0, reach=4) == Decision(4, size=4)
+    # Requests of several rows: the batch is sent once its rows reach it.
+    assert next_batch(queued(2, 2), chosen, 0, reach=5) == Decision(0, 2 * MS, size=4)
+    assert next_batch(queued(2, 3), chosen, 0, reach=5) == Decision(2, size=5)
     # Unknown reach (a probe): wait as Triton would, which measures it.
     assert next_batch(queued(1), chosen, 0) == Decision(0, 2 * MS, size=1)
+
+
+def test_the_reach_rises_at_once_and_comes_down_to_a_lone_clients_in_a_few_probes() -> None:
+    assert next_reach(None, 4) == 4
+    assert next_reach(4, 6) == 6  # more clients
+    reaches = [8]
+    for _ in range(3):  # the load drops to one client
+        reaches.append(next_reach(reaches[-1], 1))
+    assert reaches == [8, 4, 2, 1]
+    assert next_reach(8, 7) == 7
 
 
 def test_without_the_opt_in_the_reach_is_ignored() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
     )
-    assert next_batch(queued(1), chosen, 0, reach=1.0) == Decision(0, 2 * MS, size=1)
-    assert grows_quietly(chosen, 1, 1, reach=2.0)
+    assert next_batch(queued(1), chosen, 0, reach=1) == Decision(0, 2 * MS, size=1)
+    assert grows_quietly(chosen, 1, 1, reach=2)
 
 
 def test_an_arrival_that_completes_the_reach_ends_the_quiet_wait() -> None:
     chosen = policy(f"dynamic_batching {{ max_queue_delay_microseconds: 2000 }} {ADAPTIVE}")
     for pending in range(1, 7):
         for rows in range(1, 8 - pending):
-            for reach in (None, 2.0, 3.5, 6.0):
+            for reach in (None, 2, 3, 6):
                 waiting = queued(pending)
                 if next_batch(waiting, chosen, 0, reach).count:
                     continue
