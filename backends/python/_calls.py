@@ -96,6 +96,13 @@ class CallStream:
             raise
         except Exception as exc:  # the request could not run (queue full, model not ready ...)
             await self._put((str(exc), True))
+        finally:
+            # A cancel that lands while a response is handed over (not in the source's own
+            # wait) leaves the source suspended: close it, so that the called request ends
+            # now and its model sees is_cancelled(), not whenever the source is collected.
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     async def _put(self, item: tuple[Any, bool]) -> None:
         with self._lock:

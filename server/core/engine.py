@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -195,18 +196,22 @@ class Engine:
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         if request.classification:
             check_classification(target.io, request.classification)
+        # Closing this stream closes the request's own at once (it ends the request).
         with self._in_flight.counted():
-            stream = target.router.stream(target, arrays, batch_size, request.options)
-            async for item in stream:
-                if item.error is not None:
-                    yield item.error, item.final
-                elif item.outputs is None:
-                    yield None, item.final
-                else:
-                    produced = item.outputs
-                    if target.reshape is not None:
-                        produced = target.reshape.to_config(produced)
-                    yield self._reported(request, _response(target, produced, request)), item.final
+            async with contextlib.aclosing(
+                target.router.stream(target, arrays, batch_size, request.options)
+            ) as stream:
+                async for item in stream:
+                    if item.error is not None:
+                        yield item.error, item.final
+                    elif item.outputs is None:
+                        yield None, item.final
+                    else:
+                        produced = item.outputs
+                        if target.reshape is not None:
+                            produced = target.reshape.to_config(produced)
+                        response = _response(target, produced, request)
+                        yield self._reported(request, response), item.final
 
     async def _target(self, model: str, version: str) -> ModelVersion:
         try:

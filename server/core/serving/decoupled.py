@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -52,7 +52,7 @@ class DecoupledRouter:
         arrays: dict[str, npt.NDArray[Any]],
         batch_size: int,
         options: InferOptions,
-    ) -> AsyncIterator[Streamed]:
+    ) -> AsyncGenerator[Streamed, None]:
         """Queue one request and yield its responses as the model sends them."""
         sink: asyncio.Queue[Streamed] = asyncio.Queue()
         token = next(self._tokens)

@@ -4,7 +4,7 @@ versions that satisfy `Servable`; nothing here imports the repository."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,7 +71,7 @@ class StreamRouter(Protocol):
         arrays: dict[str, npt.NDArray[Any]],
         batch_size: int,
         options: InferOptions,
-    ) -> AsyncIterator[Streamed]: ...
+    ) -> AsyncGenerator[Streamed, None]: ...
 
 
 class Servable(Protocol):

@@ -5,6 +5,7 @@ Python model's call to another model, which `model_caller` serves)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -182,18 +183,22 @@ class _ModelCaller:
             yield _picked(result.outputs, outputs), None, True
             return
         checked, batch_size = check_request(target.io, _inputs(target, inputs), outputs)
-        async for item in target.router.stream(target, checked, batch_size, options):
-            if item.error is not None:
-                yield None, str(item.error), item.final
-            elif item.outputs is None:
-                yield None, None, item.final
-            else:
-                produced: Mapping[str, Any] = item.outputs
-                if target.reshape is not None:
-                    answered = response_parameters(produced)
-                    produced = target.reshape.to_config(produced)
-                    produced = produced if answered is None else Outputs(produced, answered)
-                yield _picked(produced, outputs), None, item.final
+        # Closing this stream closes the request's own at once (it ends the request).
+        async with contextlib.aclosing(
+            target.router.stream(target, checked, batch_size, options)
+        ) as items:
+            async for item in items:
+                if item.error is not None:
+                    yield None, str(item.error), item.final
+                elif item.outputs is None:
+                    yield None, None, item.final
+                else:
+                    produced: Mapping[str, Any] = item.outputs
+                    if target.reshape is not None:
+                        answered = response_parameters(produced)
+                        produced = target.reshape.to_config(produced)
+                        produced = produced if answered is None else Outputs(produced, answered)
+                    yield _picked(produced, outputs), None, item.final
 
 
 def _call_options(parameters: dict[str, Any]) -> InferOptions:
