@@ -492,6 +492,17 @@ class InferenceRequest:
         """Whether the request's caller cancelled it (see InferenceResponseSender)."""
         return self._response_sender is not None and self._response_sender.is_cancelled()
 
+    def set_release_flags(self, flags: int) -> None:
+        """Triton's request release: TRITONSERVER_REQUEST_RELEASE_ALL is what every request
+        gets. Rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) belongs to Triton's
+        iterative sequences, which Convoy refuses at load, so it is refused here too."""
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException(
+                f"release flags {flags}: only TRITONSERVER_REQUEST_RELEASE_ALL is supported; "
+                "rescheduling a request needs sequence_batching { iterative_sequence: true }, "
+                "which Convoy does not support"
+            )
+
     def exec(self, decoupled: bool = False) -> Any:
         """Business logic scripting: run this request on another model of the server and wait
         for its response (an error response when the server refuses or the model fails); with

@@ -111,6 +111,13 @@ def test_exec_needs_a_model_name_and_a_server_behind_it() -> None:
             named.exec(decoupled=decoupled)
 
 
+def test_a_request_is_released_whole_and_never_rescheduled() -> None:
+    request = pb_utils.InferenceRequest(model_name="m", requested_output_names=["Y"])
+    request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
+    with pytest.raises(pb_utils.TritonModelException, match="iterative_sequence"):
+        request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+
+
 def test_response_parameters_are_checked_as_triton_checks_them() -> None:
     shown: dict[str, bool | int | str] = {"bool": True, "int": 1024, "str": "Hello World!"}
     assert json.loads(pb_utils.InferenceResponse([], parameters=shown).parameters()) == shown

@@ -131,6 +131,10 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
             "model_transaction_policy { decoupled: true }",
             "a decoupled model cannot keep implicit state",
         ),
+        (
+            'backend: "python" sequence_batching { iterative_sequence: true }',
+            "iterative_sequence: true",
+        ),
         ('platform: "tensorrt_plan"', "backend 'tensorrt_plan' is not supported"),
         (
             'backend: "openvino" instance_group [ { kind: KIND_GPU } ]',

@@ -42,6 +42,12 @@ def check_backend(config: mc.ModelConfig) -> None:
             f'platform "{PYTORCH_PLATFORM}" or "{AOTI_PLATFORM}", backend "{OPENVINO_BACKEND}", '
             f'backend "{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
         )
+    if config.sequence_batching.iterative_sequence:
+        raise ConfigError(
+            f"model '{config.name}': sequence_batching {{ iterative_sequence: true }} (a request "
+            "the model reschedules with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
+            "supported"
+        )
     if config.sequence_batching.state and config.model_transaction_policy.decoupled:
         raise ConfigError(
             f"model '{config.name}': a decoupled model cannot keep implicit state "
