@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import queue
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -448,3 +449,23 @@ def test_is_cancelled_from_a_thread_after_execute_returned_answers(server: Convo
         triton.stop_stream()
     assert error is None and isinstance(result, grpcclient.InferResult)
     assert result.as_numpy("Y").tolist() == [0.0]  # never cancelled, and no hang
+
+
+def test_an_http_stream_the_client_leaves_ends_and_the_model_sees_it(
+    server: ConvoyServer, flags: Path
+) -> None:
+    marker = flags / "counter.marker"
+    marker.unlink(missing_ok=True)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.http_port}/v2/models/counter/generate_stream",
+        data=json.dumps({"X": 1.0}).encode(),
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        events = 0
+        while events < 2:  # two responses, then the client goes away
+            events += answer.readline().startswith(b"data: ")
+    deadline_s = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline_s:
+        time.sleep(0.05)
+    observed, sent = marker.read_text().split()
+    assert observed == "True" and 2 <= int(sent) < 100  # it stopped, seeing is_cancelled()

@@ -203,6 +203,10 @@ class GenerateRoutes:
                             yield _event_of(response, request_id)
             except ServerError as exc:  # mid-stream: in-band
                 yield event({"error": str(exc)})
+            finally:  # a client that left ends the request at once, not when it is collected
+                aclose = getattr(responses, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
         return Streamed(status, "text/event-stream; charset=utf-8", events(), headers)
 
