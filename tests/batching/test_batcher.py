@@ -255,16 +255,19 @@ async def test_preserve_ordering_answers_in_dispatch_order() -> None:
     await batcher.stop(1.0)
 
 
-async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiting() -> None:
-    adaptive = BatchPolicy.from_config(
-        parse_config(
-            'name: "m" max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 50000 } '
-            'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
-            "inline",
-        )
+# A 50 ms delay with Convoy's adaptive delay on.
+ADAPTIVE = BatchPolicy.from_config(
+    parse_config(
+        'name: "m" max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 50000 } '
+        'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
+        "inline",
     )
+)
+
+
+async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiting() -> None:
     records: list[ExecutionRecord] = []
-    batcher = Batcher("m", [Doubler()], adaptive, records.append)
+    batcher = Batcher("m", [Doubler()], ADAPTIVE, records.append)
     await batcher.start()
     loop = asyncio.get_running_loop()
     latencies = []
@@ -281,15 +284,8 @@ async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiti
 
 
 async def test_adaptive_delay_sends_clients_in_step_once_all_are_in() -> None:
-    adaptive = BatchPolicy.from_config(
-        parse_config(
-            'name: "m" max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 50000 } '
-            'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
-            "inline",
-        )
-    )
     records: list[ExecutionRecord] = []
-    batcher = Batcher("m", [Doubler()], adaptive, records.append)
+    batcher = Batcher("m", [Doubler()], ADAPTIVE, records.append)
     await batcher.start()
     loop = asyncio.get_running_loop()
 
