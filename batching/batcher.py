@@ -41,6 +41,7 @@ from batching.policy import (
     QueuePolicy,
     grows_quietly,
     next_batch,
+    next_probe_interval,
     next_reach,
 )
 from batching.queue import Queued, RequestQueue, split_expired
@@ -52,10 +53,11 @@ _log = logging.getLogger(__name__)
 Observer = Callable[[ExecutionRecord], None]
 
 # The adaptive delay waits out the whole delay again (a probe) when its reach is this old, or
-# 20 delays old where that is longer: probes then hold batches at most 5% of the time.
+# 20 delays old where that is longer (the base interval; longer while probes confirm the
+# reach): probes then hold batches at most 5% of the time.
 _PROBE_EVERY_NS = 100_000_000
 _PROBE_EVERY_DELAYS = 20
-_PROBES_REMEMBERED = 10  # a probe after this many probe intervals starts the reach anew
+_PROBES_REMEMBERED = 10  # a probe after this many base intervals starts the reach anew
 
 
 @dataclass(slots=True)
@@ -92,7 +94,8 @@ class Batcher:
         # when the last such wait (a probe) ended.
         self._reach: int | None = None
         self._reach_ns = 0
-        self._probe_every_ns = max(_PROBE_EVERY_NS, _PROBE_EVERY_DELAYS * policy.max_queue_delay_ns)
+        self._probe_base_ns = max(_PROBE_EVERY_NS, _PROBE_EVERY_DELAYS * policy.max_queue_delay_ns)
+        self._probe_every_ns = self._probe_base_ns
         # Latency target: what batches are formed with, and the keeper that chooses it.
         # Every batch's time: a request that cannot finish before its deadline never runs.
         self._times = BatchTimes()
@@ -292,9 +295,13 @@ class Batcher:
         return self._reach
 
     def _note_probe(self, size: int, now_ns: int) -> None:
-        remembered = now_ns - self._reach_ns <= _PROBES_REMEMBERED * self._probe_every_ns
-        self._reach = next_reach(self._reach if remembered else None, size)
+        remembered = now_ns - self._reach_ns <= _PROBES_REMEMBERED * self._probe_base_ns
+        previous = self._reach if remembered else None
+        self._reach = next_reach(previous, size)
         self._reach_ns = now_ns
+        self._probe_every_ns = next_probe_interval(
+            self._probe_every_ns, self._probe_base_ns, confirmed=self._reach == previous
+        )
 
     async def _run(self) -> None:
         while True:

@@ -3,7 +3,7 @@
 import pytest
 
 from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
-from batching.policy import grows_quietly, next_reach
+from batching.policy import grows_quietly, next_probe_interval, next_reach
 from server.core.repository import parse_config
 
 MS = 1_000_000  # nanoseconds
@@ -117,6 +117,15 @@ def test_the_reach_rises_at_once_and_comes_down_to_a_lone_clients_in_a_few_probe
         reaches.append(next_reach(reaches[-1], 1))
     assert reaches == [8, 4, 2, 1]
     assert next_reach(8, 7) == 7
+
+
+def test_probes_come_less_often_while_they_confirm_the_reach() -> None:
+    base = 100 * MS
+    intervals = [base]
+    for _ in range(5):  # a steady load: every probe finds the same reach
+        intervals.append(next_probe_interval(intervals[-1], base, confirmed=True))
+    assert intervals == [base, 2 * base, 4 * base, 8 * base, 8 * base, 8 * base]
+    assert next_probe_interval(8 * base, base, confirmed=False) == base  # the load changed
 
 
 def test_without_the_opt_in_the_reach_is_ignored() -> None:
