@@ -189,9 +189,12 @@ def batching_ratios(look: Lookup) -> dict[str, float | None]:
         out[f"mlp adaptive/off p50 @{low}"] = ratio(
             p50("mlp", "adaptive", low), p50("mlp", "off", low)
         )
-        out[f"mlp adaptive/on infer/s @{high}"] = ratio(
-            rate("mlp", "adaptive", high), rate("mlp", "on", high)
-        )
+        for c in cs:  # what ending waits early buys at each concurrency, and against Triton
+            adaptive = rate("mlp", "adaptive", c)
+            out[f"mlp adaptive/on infer/s @{c}"] = ratio(adaptive, rate("mlp", "on", c))
+            triton = look.rate(TRITON, "mlp", "on", "grpc", None, c)
+            if triton is not None:
+                out[f"mlp adaptive/triton infer/s @{c}"] = ratio(adaptive, triton)
     return out
 
 
