@@ -343,13 +343,13 @@ def test_request_timeout_parameter_shortens_the_queue_timeout(
         return await aio.infer("resnet_override", _image())
 
     async def hasty(aio: aioclient.InferenceServerClient):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(0.03)  # the patient ones hold the instance
+        await asyncio.sleep(0.01)  # eight patient ones hold the instance for far longer
         return await aio.infer("resnet_override", _image(), timeout=1000)
 
-    results = asyncio.run(_gather(server.url, [patient, patient, patient, hasty]))
-    assert not any(isinstance(r, Exception) for r in results[:3])
-    assert isinstance(results[3], InferenceServerException)
-    assert "Request timeout expired" in results[3].message()
+    results = asyncio.run(_gather(server.url, [patient] * 8 + [hasty]))
+    assert not any(isinstance(r, Exception) for r in results[:8])
+    assert isinstance(results[8], InferenceServerException)
+    assert "Request timeout expired" in results[8].message()
 
 
 def test_higher_priority_requests_overtake_queued_ones(server: ConvoyServer) -> None:
