@@ -66,6 +66,10 @@ class ExecutionResult:
     compute_input_ns: int  # binding and copying inputs into the runtime
     compute_infer_ns: int  # the runtime's own execution
     compute_output_ns: int  # copying outputs out of the runtime
+    # The requests (their indexes) the model asked to run again in a later batch (a python
+    # model of an iterative sequence, with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE); their
+    # entries in `responses` are empty and answer nothing.
+    rescheduled: frozenset[int] = frozenset()
 
 
 class Instance(Protocol):

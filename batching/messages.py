@@ -29,6 +29,11 @@ class Outcome(Protocol):
     def compute_infer_ns(self) -> int: ...
     @property
     def compute_output_ns(self) -> int: ...
+    @property
+    def rescheduled(self) -> frozenset[int]:
+        """The requests (indexes) to run again in a later batch: an iterative sequence's model
+        asked for it (empty for every other model; their `responses` entries answer nothing)."""
+        ...
 
 
 class Executor(Protocol):

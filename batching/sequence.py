@@ -7,6 +7,11 @@ with the config's control tensors (START, END, READY, CORRID) and, for implicit 
 state the sequence's previous request produced. Sequences that find every slot taken wait in a
 backlog; a sequence idle for `idle_ns` is released and its slot freed.
 
+An iterative sequence model (`iterative`, Triton's `iterative_sequence`) takes each request as
+a whole sequence: one that names no correlation id gets one of its own, and the model may run it
+again in a later batch (it reschedules it) as often as it likes, until it answers; the sequence
+ends then. New and rescheduled requests share batches: continuous batching.
+
 Two strategies choose what runs: `DIRECT` runs every slot that has a request, slot `i` at batch
 position `i` (empty positions get a null request with READY false), once enough slots are ready
 or the oldest request has waited `max_queue_delay_ns`; `OLDEST` batches the oldest requests of
@@ -106,6 +111,7 @@ class SequencePolicy:
     preferred_batch_sizes: tuple[int, ...] = ()  # OLDEST, ascending
     controls: tuple[Control, ...] = ()
     states: tuple[ImplicitState, ...] = ()
+    iterative: bool = False  # each request is a sequence, which the model may reschedule
 
     @property
     def state_outputs(self) -> frozenset[str]:
@@ -124,6 +130,10 @@ class _Request:
     order: int  # arrival number, for OLDEST
     future: asyncio.Future[RequestResult]
     expires_ns: int | None = None  # its deadline: never executed from then on; None: none
+    # Summed over the executions of a request its model rescheduled (an iterative sequence's):
+    # time queued since it arrived or was rescheduled, and its batches' compute times.
+    ready_ns: int = 0
+    spent_ns: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # queue, in, infer, out
 
 
 @dataclass(slots=True, eq=False)
@@ -218,6 +228,7 @@ class SequenceBatcher:
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
         self._backlog: deque[_Sequence] = deque()  # waiting for a slot
         self._arrivals = 0
+        self._anonymous = 0  # the last correlation id given to an iterative request without one
         self._wake = Alarm()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task = asyncio.create_task(self._run(), name=f"sequences:{self._name}")
@@ -275,10 +286,13 @@ class SequenceBatcher:
         """Queue one request of a sequence and wait for its result; cancelling the caller
         takes a request that has not started out of its sequence. A request still waiting at
         its deadline (`deadline_ns`, or its `timeout` from arrival) leaves its sequence
-        unexecuted; `share` is ignored (a sequence keeps its slot)."""
+        unexecuted; `share` is ignored (a sequence keeps its slot). An iterative sequence
+        model's request is a sequence of its own, whatever its flags say."""
         model = self._policy.model
         if self._closed:
             raise BatcherClosedError(f"model '{model}' is no longer accepting requests")
+        if self._policy.iterative:
+            sequence = self._own_sequence(sequence)
         if sequence is None or not sequence.correlation_id:
             raise SequenceError(
                 f"inference request to model '{model}' must specify a non-zero or non-empty "
@@ -326,6 +340,7 @@ class SequenceBatcher:
             self._arrivals,
             asyncio.get_running_loop().create_future(),
             expires_ns,
+            now_ns,
         )
         target.requests.append(request)
         target.last_ns = now_ns
@@ -340,6 +355,8 @@ class SequenceBatcher:
                 if not executing:  # it never runs; an executing one's result is dropped
                     with contextlib.suppress(ValueError):
                         target.requests.remove(request)
+                    if self._policy.iterative:
+                        self._release(target)
                     self._wake.set()
                 raise
 
@@ -361,6 +378,28 @@ class SequenceBatcher:
 
     def _lane(self, executor: Executor) -> _Lane:
         return _Lane(executor, [None] * self._policy.slots)
+
+    def _own_sequence(self, step: SequenceStep | None) -> SequenceStep:
+        """An iterative sequence model's request as the START of its own sequence: under its
+        correlation id when it names one (not one still running), else under the next id no
+        running sequence has (a string when the model reads its id as one)."""
+        if step is not None and step.correlation_id:
+            if step.correlation_id in self._sequences:
+                raise SequenceError(
+                    f"inference request for sequence {step.correlation_id} to model "
+                    f"'{self._policy.model}': that sequence is still running; each request to "
+                    "an iterative sequence model is a sequence of its own"
+                )
+            return SequenceStep(step.correlation_id, start=True)
+        as_text = any(
+            control.kind is ControlKind.CORRID and control.false.dtype == np.object_
+            for control in self._policy.controls
+        )
+        while True:
+            self._anonymous += 1
+            correlation_id: int | str = str(self._anonymous) if as_text else self._anonymous
+            if correlation_id not in self._sequences:
+                return SequenceStep(correlation_id, start=True)
 
     def _check_corrid(self, correlation_id: int | str) -> None:
         for control in self._policy.controls:
@@ -458,6 +497,8 @@ class SequenceBatcher:
                     continue
                 if due_ns <= now_ns:
                     sequence.requests.remove(request)
+                    if self._policy.iterative:  # the request was its whole sequence
+                        self._release(sequence)
                     waited_ms = (now_ns - request.enqueue_ns) / 1e6
                     _settle(
                         request,
@@ -514,6 +555,7 @@ class SequenceBatcher:
         ]
         parameters = [NO_PARAMETERS if entry is None else _parameters(*entry) for entry in batch]
         record = ExecutionRecord(len(real), len(real), 0, 0, 0, succeeded=False)
+        again: set[int] = set()  # id() of the requests the model rescheduled
         try:
             try:
                 outcome = await lane.executor.execute(feeds, parameters, False)
@@ -537,10 +579,19 @@ class SequenceBatcher:
                 succeeded=True,
             )
             self._report(record)
-            for entry, response in zip(batch, outcome.responses, strict=True):
+            rescheduled = outcome.rescheduled if self._policy.iterative else frozenset()
+            for index, (entry, response) in enumerate(zip(batch, outcome.responses, strict=True)):
                 if entry is None:
                     continue
                 sequence, request = entry
+                spent = request.spent_ns
+                spent[0] += start_ns - request.ready_ns
+                spent[1] += outcome.compute_input_ns
+                spent[2] += outcome.compute_infer_ns
+                spent[3] += outcome.compute_output_ns
+                if index in rescheduled:
+                    again.add(id(request))
+                    continue
                 if isinstance(response, Exception):
                     _settle(request, response)
                     continue
@@ -549,10 +600,10 @@ class SequenceBatcher:
                     request,
                     RequestResult(
                         outputs=outputs,
-                        queue_ns=start_ns - request.enqueue_ns,
-                        compute_input_ns=outcome.compute_input_ns,
-                        compute_infer_ns=outcome.compute_infer_ns,
-                        compute_output_ns=outcome.compute_output_ns,
+                        queue_ns=spent[0],
+                        compute_input_ns=spent[1],
+                        compute_infer_ns=spent[2],
+                        compute_output_ns=spent[3],
                         batch_size=record.batch_size,
                         instance=lane.executor.name,
                     ),
@@ -562,9 +613,14 @@ class SequenceBatcher:
             for sequence, request in real:
                 sequence.running = False
                 sequence.last_ns = done_ns
+                if id(request) in again and not request.future.done():
+                    # Runs again, as its sequence's next request: no longer its START.
+                    request.start = False
+                    request.ready_ns = done_ns
+                    continue
                 if sequence.requests and sequence.requests[0] is request:
                     sequence.requests.popleft()
-                if request.end and not sequence.requests:
+                if (request.end or self._policy.iterative) and not sequence.requests:
                     self._release(sequence)
             lane.busy = False
             if self._gate is not None:

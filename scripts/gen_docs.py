@@ -271,7 +271,7 @@ CONFIG_SUPPORT: dict[str, str] = {
     "[Batching](../guide/batching.md))",
     "sequence_batching": "stateful models: `max_sequence_idle_microseconds`, `control_input` "
     "(START, END, READY, CORRID), `direct` and `oldest` strategies, implicit `state` with "
-    "`initial_state`; `iterative_sequence` is refused (see "
+    "`initial_state`, and `iterative_sequence` (see "
     "[Stateful models](../guide/batching.md#stateful-models-the-sequence-batcher))",
     "ensemble_scheduling": "`step` (`model_name`, `model_version` `-1` or a version, "
     "`input_map`, `output_map`), `max_inflight_requests` (see "

@@ -311,6 +311,8 @@ class WorkerChannel:
         elif message[0] == "done":
             batch.returned = True
             batch.decoupled_done |= message[2] is not None  # payloads: not decoupled
+            batch.finals.update(message[4])  # rescheduled: their finals come in a later batch
+            batch.decoupled_done |= len(batch.finals) >= batch.requests
         elif message[0] == "response" and message[4]:
             batch.finals.add(message[2])
             batch.decoupled_done = len(batch.finals) >= batch.requests

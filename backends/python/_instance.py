@@ -236,8 +236,10 @@ class PythonInstance:
 
         Every request gets exactly one call with final=True: the model's last one, or an error
         when execute fails, the worker dies or the timeout passes (then the worker restarts).
-        Errors arrive through `send`, never by raising; `responses` is empty. The coroutine
-        returns once execute returned and every request got its final call. `cancelled(i)`
+        Errors arrive through `send`, never by raising; `responses` holds one empty entry per
+        request, and `rescheduled` the requests an iterative sequence's model rescheduled (their
+        final calls come in a later batch). The coroutine returns once execute returned and
+        every request not rescheduled got its final call. `cancelled(i)`
         (callable from any thread) says whether request i's caller went away: the model's
         `request.is_cancelled()`.
         """
@@ -292,14 +294,19 @@ class PythonInstance:
         finally:
             self._questions.end_batch()
         received_ns = time.monotonic_ns()
+        rescheduled: frozenset[int] = frozenset()
         if reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
-            responses = [self._response(payload) for payload in reply[2]]
+            rescheduled = frozenset(reply[4])
+            responses = [
+                {} if index in rescheduled else self._response(payload)
+                for index, payload in enumerate(reply[2])
+            ]
             execute_ns = int(reply[3])
         else:
             reason = str(reply[2]) if reply[0] == "failed" else f"unexpected reply {reply[0]!r}"
             responses = [ExecutionError(f"{self._model.where()}: {reason}") for _ in requests]
             execute_ns = received_ns - sent_ns
-        return _result(responses, start_ns, sent_ns, execute_ns, time.monotonic_ns())
+        return _result(responses, start_ns, sent_ns, execute_ns, time.monotonic_ns(), rescheduled)
 
     def _run_decoupled(
         self,
@@ -316,6 +323,7 @@ class PythonInstance:
         finished = [False] * len(requests)
         returned = False
         execute_ns = 0
+        rescheduled: frozenset[int] = frozenset()
         try:
             worker.send(self._execute_message(batch, requests, parameters), deadline_ns)
             sent_ns = time.monotonic_ns()
@@ -330,6 +338,9 @@ class PythonInstance:
                 elif reply[0] == "done":
                     returned = True
                     execute_ns = int(reply[3])
+                    rescheduled = frozenset(reply[4])
+                    for index in rescheduled:  # their final flags come in a later batch
+                        finished[index] = True
                 else:
                     reason = str(reply[2]) if reply[0] == "failed" else f"unexpected {reply[0]!r}"
                     _finish(finished, emit, f"{self._model.where()}: {reason}")
@@ -338,7 +349,8 @@ class PythonInstance:
             _finish(finished, emit, str(self._recover(worker, failure)))
         finally:
             self._questions.end_batch()
-        return _result([], start_ns, sent_ns, execute_ns, time.monotonic_ns())
+        responses: list[Response] = [{} for _ in requests]
+        return _result(responses, start_ns, sent_ns, execute_ns, time.monotonic_ns(), rescheduled)
 
     def _answered(
         self, worker: WorkerProcess | LocalWorker, batch: int, deadline_ns: int
@@ -532,7 +544,12 @@ def _finish(finished: list[bool], emit: ResponseSend, message: str) -> None:
 
 
 def _result(
-    responses: list[Response], start_ns: int, sent_ns: int, execute_ns: int, done_ns: int
+    responses: list[Response],
+    start_ns: int,
+    sent_ns: int,
+    execute_ns: int,
+    done_ns: int,
+    rescheduled: frozenset[int] = frozenset(),
 ) -> ExecutionResult:
     """The batch's phases from this side's clock: it started at `start_ns`, its message was
     sent by `sent_ns`, its answer was read by `done_ns`; `execute_ns` is the worker's own time
@@ -542,7 +559,8 @@ def _result(
     total_ns = done_ns - start_ns
     execute_ns = min(execute_ns, total_ns) or done_ns - sent_ns
     input_ns = min(sent_ns - start_ns, total_ns - execute_ns)
-    return ExecutionResult(responses, input_ns, execute_ns, total_ns - input_ns - execute_ns)
+    output_ns = total_ns - input_ns - execute_ns
+    return ExecutionResult(responses, input_ns, execute_ns, output_ns, rescheduled)
 
 
 def _worker_spec(
@@ -572,5 +590,6 @@ def _worker_spec(
         "instance_name": name,
         "version": version,
         "decoupled": is_decoupled(config),
+        "iterative": config.sequence_batching.iterative_sequence,
         "args": args,
     }

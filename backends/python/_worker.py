@@ -11,8 +11,10 @@ after which the worker exits; or ("initialize", spec) once, then ("execute", bat
 output_names, parameters) or ("finalize",). Worker -> parent: ("ready", checks_readiness) |
 ("failed", reason) after initialize, `checks_readiness` saying whether the model defines
 `is_ready`; ("response", batch, index, payload, final) for each send of a decoupled model,
-then ("done", batch, payloads, execute_ns) or ("failed", batch, reason); ("finalized", error |
-None).
+then ("done", batch, payloads, execute_ns, rescheduled) or ("failed", batch, reason);
+("finalized", error | None). `rescheduled` lists the requests (indexes) an iterative sequence's
+model rescheduled, to run again in a later batch: they answer nothing now (their payloads are
+None), and a decoupled model sends their final flags in a later batch.
 A payload is a dict of output arrays, a pair (that dict, the response parameters as a JSON
 object string) when the model set any, an error message (str), or None (a bare final flag).
 While execute runs, the model's questions go to the parent, which answers each with ("called",
@@ -108,6 +110,7 @@ class ModelServer:
         self._utils = utils
         self._model = model
         self._decoupled: bool = spec["decoupled"]
+        self._iterative: bool = spec["iterative"]  # requests may be rescheduled
         self._model_name: str = spec["model_name"]
         self._version: int = spec["version"]
         self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute` models
@@ -147,6 +150,9 @@ class ModelServer:
     ) -> None:
         pb = self._utils
         requests = []
+        # Per request: its final flag was sent; it was rescheduled and execute returned (its
+        # sender is then closed: the next execution's request sends its responses).
+        finals, moved_on = [False] * len(inputs), [False] * len(inputs)
         for index, arrays in enumerate(inputs):
             # A sequence batcher passes the correlation id, and the START and END flags where
             # set, under Triton's reserved names.
@@ -166,9 +172,11 @@ class ModelServer:
                     model_name=self._model_name,
                     model_version=self._version,
                     response_sender=pb.InferenceResponseSender(
-                        self._sender(batch, index), self._cancel_check(batch, index)
+                        self._sender(batch, index, finals, moved_on),
+                        self._cancel_check(batch, index),
                     ),
                     parameters=own,
+                    reschedulable=self._iterative,
                 )
             )
         start_ns = time.monotonic_ns()
@@ -187,14 +195,20 @@ class ModelServer:
                     self._questions.wait()
                 self._batch = None
         execute_ns = time.monotonic_ns() - start_ns
+        rescheduled = []
+        for index, request in enumerate(requests):
+            if request.release_flags() & pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                moved_on[index] = True
+                if not finals[index]:  # a request that sent its final flag has ended
+                    rescheduled.append(index)
         try:
-            payloads = self._returned(returned, len(requests))
+            payloads = self._returned(returned, len(requests), rescheduled)
         except ContractError as exc:
             self._channel.send(("failed", batch, str(exc)))
             return
-        self._channel.send(("done", batch, payloads, execute_ns))
+        self._channel.send(("done", batch, payloads, execute_ns, rescheduled))
 
-    def _returned(self, returned: Any, count: int) -> list[Payload] | None:
+    def _returned(self, returned: Any, count: int, rescheduled: list[int]) -> list[Payload] | None:
         if self._decoupled:
             if returned is not None:
                 raise ContractError(
@@ -218,7 +232,18 @@ class ModelServer:
                 f"execute must return one InferenceResponse per request: it got {count} "
                 f"requests and returned {len(returned)} responses"
             )
-        return [self._payload(response) for response in returned]
+        payloads: list[Payload] = []
+        for index, response in enumerate(returned):
+            if index not in rescheduled:
+                payloads.append(self._payload(response))
+            elif response is None:
+                payloads.append(None)
+            else:
+                raise ContractError(
+                    f"request {index} was rescheduled (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE), "
+                    f"so its entry in execute's list must be None, not {type(response).__name__}"
+                )
+        return payloads
 
     def _call_model(
         self,
@@ -332,7 +357,9 @@ class ModelServer:
             parameters=json.loads(answered),
         )
 
-    def _sender(self, batch: int, index: int) -> Callable[[Any, bool], None]:
+    def _sender(
+        self, batch: int, index: int, finals: list[bool], moved_on: list[bool]
+    ) -> Callable[[Any, bool], None]:
         def send(response: Any, final: bool) -> None:
             pb = self._utils
             if not self._decoupled:
@@ -341,10 +368,16 @@ class ModelServer:
                     "{ decoupled: true }); this model must return one InferenceResponse per "
                     "request from execute"
                 )
+            if moved_on[index]:
+                raise pb.TritonModelException(
+                    "this request was rescheduled: send its responses through the request that "
+                    "a later execute receives for it"
+                )
             try:
                 payload = None if response is None else self._payload(response)
             except ContractError as exc:
                 raise pb.TritonModelException(str(exc)) from None
+            finals[index] |= final
             self._channel.send(("response", batch, index, payload, final))
 
         return send

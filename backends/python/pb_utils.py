@@ -439,6 +439,7 @@ class InferenceRequest:
         trace: InferenceTrace | None = None,
         parameters: Mapping[str, Any] | str | None = None,
         response_sender: InferenceResponseSender | None = None,
+        reschedulable: bool = False,
     ) -> None:
         # `preferred_memory` and `trace` are taken as Triton takes them and change nothing
         # here: outputs are host arrays, and a call has no trace of its own.
@@ -453,6 +454,9 @@ class InferenceRequest:
         raw = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
         self._parameters = raw
         self._response_sender = response_sender
+        # Set by the server for a request of an iterative sequence model (never by model code).
+        self._reschedulable = reschedulable
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -493,15 +497,26 @@ class InferenceRequest:
         return self._response_sender is not None and self._response_sender.is_cancelled()
 
     def set_release_flags(self, flags: int) -> None:
-        """Triton's request release: TRITONSERVER_REQUEST_RELEASE_ALL is what every request
-        gets. Rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) belongs to Triton's
-        iterative sequences, which Convoy refuses at load, so it is refused here too."""
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+        """Triton's request release: TRITONSERVER_REQUEST_RELEASE_ALL (the default) ends the
+        request with this execution; TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs it again in a
+        later batch, for a model with sequence_batching { iterative_sequence: true } only. Set
+        it before execute returns; a model that is not decoupled returns None for the request."""
+        if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
             raise TritonModelException(
-                f"release flags {flags}: only TRITONSERVER_REQUEST_RELEASE_ALL is supported; "
-                "rescheduling a request needs sequence_batching { iterative_sequence: true }, "
-                "which Convoy does not support"
+                f"release flags {flags}: expected TRITONSERVER_REQUEST_RELEASE_ALL or "
+                "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE"
             )
+        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE and not self._reschedulable:
+            raise TritonModelException(
+                "only a request that execute received, of a model with sequence_batching "
+                "{ iterative_sequence: true }, can be rescheduled "
+                "(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)"
+            )
+        self._release_flags = flags
+
+    def release_flags(self) -> int:
+        """What set_release_flags set (TRITONSERVER_REQUEST_RELEASE_ALL unless it was called)."""
+        return self._release_flags
 
     def exec(self, decoupled: bool = False) -> Any:
         """Business logic scripting: run this request on another model of the server and wait

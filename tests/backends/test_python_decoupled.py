@@ -75,7 +75,7 @@ async def _stream(instance: PythonInstance, *counts: int) -> Sent:
     result = await instance.execute_decoupled(
         requests, lambda index, response, final: sent.append((index, response, final))
     )
-    assert result.responses == []
+    assert result.responses == [{}] * len(counts) and not result.rescheduled
     return sent
 
 
@@ -128,3 +128,56 @@ async def test_unary_and_streaming_paths_are_not_mixed(
     for unary in _load(tmp_path, "coupled", sends, coupled):
         (error,) = (await unary.execute([{"N": np.array([1], np.int32)}])).responses
         assert isinstance(error, ExecutionError) and "decoupled: true" in str(error)
+
+
+# An iterative sequence's decoupled model: a request's first run sends I = -1 and is rescheduled
+# (no final flag yet); its next run reports whether the first run's sender still sent (1) or
+# refused (0), and ends the request.
+RESCHEDULING = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+def answer(value):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("I", np.array([value], np.int32))])
+
+class TritonPythonModel:
+    earlier = None
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            if self.earlier is None:
+                self.earlier = sender
+                sender.send(answer(-1))
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                continue
+            try:
+                self.earlier.send(answer(-2))
+                still_sent = 1
+            except pb_utils.TritonModelException:
+                still_sent = 0
+            sender.send(answer(still_sent), flags=FINAL)
+        return None
+"""
+
+
+async def test_a_rescheduled_request_ends_its_run_without_a_final_flag(tmp_path: Path) -> None:
+    config = CONFIG + "sequence_batching { iterative_sequence: true }\n"
+
+    async def run(instance: PythonInstance) -> tuple[Sent, frozenset[int]]:
+        sent: Sent = []
+        result = await instance.execute_decoupled(
+            [{"N": np.array([0], np.int32)}], lambda *each: sent.append(each)
+        )
+        return sent, result.rescheduled
+
+    for instance in _load(tmp_path, "rescheduling", RESCHEDULING, config):
+        first, rescheduled = await run(instance)
+        assert _values(first, 0) == [[-1]] and rescheduled == {0}
+        assert [final for _, _, final in first] == [False]
+        second, rescheduled = await run(instance)
+        # The first run's sender was closed once its request was rescheduled.
+        assert _values(second, 0) == [[0]] and not rescheduled
+        assert [final for _, _, final in second] == [True]

@@ -139,11 +139,11 @@ def test_the_worker_releases_an_execute_message_when_its_batch_is_answered(
     assert to_worker.place(space) is None
     if decoupled:
         channel.send(("response", 3, 0, None, True))
-        channel.send(("done", 3, None, 1))  # returned, but request 1 has not finished
+        channel.send(("done", 3, None, 1, []))  # returned, but request 1 has not finished
         assert to_worker.place(space) is None
         channel.send(("response", 3, 1, {"Y": message[2][1]["X"]}, True))
     else:
-        channel.send(("done", 3, [{"Y": message[2][0]["X"]}, None], 1))
+        channel.send(("done", 3, [{"Y": message[2][0]["X"]}, None], 1, []))
     assert to_worker.place(space) is not None
     read_exact = _reader(pair[0])
     server_ring = Ring(os.dup(to_server.fd), to_server.size)
@@ -176,7 +176,7 @@ def test_a_bls_calls_outputs_stay_in_the_ring_until_the_batch_is_answered(
     assert channel.receive()[2] == "failed"
     space = [np.ones(3900, dtype=np.uint8).data]
     assert to_worker.place(space) is None
-    channel.send(("done", 0, [{"Y": called[2]["Y"]}], 1))
+    channel.send(("done", 0, [{"Y": called[2]["Y"]}], 1, []))
     assert to_worker.place(space) is not None
     for ring in (to_worker, incoming, to_server):
         ring.close()

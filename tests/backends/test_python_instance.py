@@ -405,3 +405,38 @@ async def test_execute_time_is_counted_as_inference_in_either_mode(
     result = await load("sleeper", SLEEPER, config).execute(_rows(1))
     assert result.compute_infer_ns >= 50_000_000
     assert result.compute_input_ns < 25_000_000, "execute's time is not the input's"
+
+
+# An iterative sequence's model: MODE 0 answers, 1 is rescheduled (None in the list), 2 is
+# rescheduled and answered all the same.
+RESCHEDULING = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
+            if mode:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            out = pb_utils.Tensor("OUT", np.array([mode], np.int32))
+            responses.append(None if mode == 1 else pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
+
+async def test_a_rescheduled_request_answers_nothing_until_a_later_run(load: Loader) -> None:
+    config = """
+    max_batch_size: 0
+    input { name: "MODE" data_type: TYPE_INT32 dims: [1] }
+    output { name: "OUT" data_type: TYPE_INT32 dims: [1] }
+    sequence_batching { iterative_sequence: true }
+    """
+    instance = load("rescheduling", RESCHEDULING, textwrap.dedent(config))
+    modes = [{"MODE": np.array([mode], np.int32)} for mode in (0, 1, 0)]
+    result = await instance.execute(modes)
+    assert result.rescheduled == {1}
+    assert [r if not r else r["OUT"].tolist() for r in result.responses] == [[0], {}, [0]]
+    (error,) = (await instance.execute([{"MODE": np.array([2], np.int32)}])).responses
+    assert isinstance(error, ExecutionError) and "must be None, not InferenceResponse" in str(error)

@@ -111,11 +111,17 @@ def test_exec_needs_a_model_name_and_a_server_behind_it() -> None:
             named.exec(decoupled=decoupled)
 
 
-def test_a_request_is_released_whole_and_never_rescheduled() -> None:
+def test_only_an_iterative_sequences_request_can_be_rescheduled() -> None:
     request = pb_utils.InferenceRequest(model_name="m", requested_output_names=["Y"])
     request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
     with pytest.raises(pb_utils.TritonModelException, match="iterative_sequence"):
         request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    with pytest.raises(pb_utils.TritonModelException, match="release flags 4"):
+        request.set_release_flags(4)
+    assert request.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
+    served = pb_utils.InferenceRequest(model_name="m", reschedulable=True)
+    served.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    assert served.release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
 def test_response_parameters_are_checked_as_triton_checks_them() -> None:

@@ -31,6 +31,7 @@ class Result:
     compute_input_ns: int = 1
     compute_infer_ns: int = 2
     compute_output_ns: int = 3
+    rescheduled: frozenset[int] = frozenset()
 
 
 class Doubler:

@@ -110,6 +110,7 @@ class _Result:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    rescheduled: frozenset[int] = frozenset()
 
 
 class Recorder:

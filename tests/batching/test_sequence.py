@@ -58,6 +58,7 @@ class Result:
     compute_input_ns: int = 1
     compute_infer_ns: int = 2
     compute_output_ns: int = 3
+    rescheduled: frozenset[int] = frozenset()
 
 
 class Accumulator:
@@ -341,4 +342,97 @@ async def test_a_sequence_request_waiting_past_its_deadline_is_dropped_unexecute
         await batcher.infer(
             _input(1), 1, sequence=SequenceStep(8, start=True), deadline_ns=time.monotonic_ns()
         )
+    await batcher.stop(1.0)
+
+
+class Countdown:
+    """An iterative sequence's model: runs each request INPUT times, rescheduling it until then,
+    and answers OUTPUT = the number of runs; records each batch's (correlation id, START)."""
+
+    def __init__(self, delay_s: float = 0.005) -> None:
+        self.name = "countdown_0"
+        self.delay_s = delay_s
+        self.runs: dict[int | str, int] = {}
+        self.batches: list[list[tuple[int | str, bool]]] = []
+
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Result:
+        await asyncio.sleep(self.delay_s)
+        seen: list[tuple[int | str, bool]] = []
+        responses: list[dict[str, np.ndarray] | Exception] = []
+        again = set()
+        for index, (request, shown) in enumerate(zip(requests, parameters, strict=True)):
+            correlation_id, start = shown["sequence_id"], bool(shown.get("sequence_start"))
+            assert isinstance(correlation_id, int | str) and "sequence_end" not in shown
+            seen.append((correlation_id, start))
+            runs = self.runs[correlation_id] = (0 if start else self.runs[correlation_id]) + 1
+            if runs < int(request["INPUT"][0, 0]):
+                again.add(index)
+                responses.append({})
+            else:
+                responses.append({"OUTPUT": np.array([[runs]], np.int32)})
+        self.batches.append(seen)
+        return Result(responses, rescheduled=frozenset(again))
+
+
+def _iterative(**changes: object) -> SequencePolicy:
+    oldest = "oldest { max_candidate_sequences: 4 }"
+    return _policy(oldest, states=(), iterative=True, **changes)
+
+
+async def _run_times(batcher: SequenceBatcher, times: int, sequence: int = 0) -> int:
+    result = await batcher.infer(_input(times), 1, sequence=SequenceStep(sequence))
+    return int(result.outputs["OUTPUT"][0, 0])
+
+
+async def test_an_iterative_request_runs_until_its_model_stops_rescheduling_it() -> None:
+    executor = Countdown()
+    records: list[ExecutionRecord] = []
+    batcher = SequenceBatcher("countdown:1", [executor], _iterative(), records.append)
+    await batcher.start()
+    first = [asyncio.create_task(_run_times(batcher, times)) for times in (1, 3, 6)]
+    await asyncio.sleep(0.012)  # the first two batches ran: a newcomer joins the iterations
+    later = asyncio.create_task(_run_times(batcher, 2))
+    assert await asyncio.gather(*first, later) == [1, 3, 6, 2]
+    # Each request got a correlation id of its own, START on its first run only.
+    runs: dict[int | str, list[bool]] = {}
+    for batch in executor.batches:
+        for correlation_id, start in batch:
+            runs.setdefault(correlation_id, []).append(start)
+    assert sorted(len(starts) for starts in runs.values()) == [1, 2, 3, 6]
+    assert all(starts == [True] + [False] * (len(starts) - 1) for starts in runs.values())
+    # Continuous batching: the newcomer's first run shared a batch with rescheduled requests.
+    assert any(
+        any(start for _, start in batch) and not all(start for _, start in batch)
+        for batch in executor.batches
+    )
+    assert sum(record.request_count for record in records) == 1 + 3 + 6 + 2
+    assert batcher.in_flight == 0 and batcher.queue_depth == 0
+    # A request that names a correlation id keeps it, and a running one's id is refused.
+    named = asyncio.create_task(_run_times(batcher, 4, sequence=77))
+    await asyncio.sleep(0.002)
+    with pytest.raises(SequenceError, match="still running"):
+        await _run_times(batcher, 1, sequence=77)
+    assert await named == 4 and 77 in executor.runs
+    await batcher.stop(1.0)
+
+
+async def test_a_rescheduled_request_that_leaves_frees_its_slot() -> None:
+    executor = Countdown()
+    batcher = SequenceBatcher("countdown:1", [executor], _iterative(slots=1, max_batch_size=1))
+    await batcher.start()
+    endless = asyncio.create_task(_run_times(batcher, 10**6))
+    await asyncio.sleep(0.02)  # rescheduled again and again in the only slot
+    endless.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await endless
+    assert await _run_times(batcher, 2) == 2  # the slot is free again
+    # A deadline that passes between two runs ends the request, and frees the slot too.
+    with pytest.raises(DeadlineExceededError, match="not executed"):
+        await batcher.infer(_input(10**6), 1, timeout_ns=30_000_000)
+    assert await _run_times(batcher, 1) == 1
     await batcher.stop(1.0)

@@ -182,6 +182,7 @@ class Answered:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    rescheduled: frozenset[int] = frozenset()
 
 
 class Sleeper:

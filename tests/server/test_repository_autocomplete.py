@@ -132,8 +132,9 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
             "a decoupled model cannot keep implicit state",
         ),
         (
-            'backend: "python" sequence_batching { iterative_sequence: true }',
-            "iterative_sequence: true",
+            'backend: "python" sequence_batching { iterative_sequence: true state [ { '
+            'input_name: "S" output_name: "S_OUT" data_type: TYPE_FP32 dims: [1] } ] }',
+            "an iterative sequence cannot keep implicit state",
         ),
         ('platform: "tensorrt_plan"', "backend 'tensorrt_plan' is not supported"),
         (

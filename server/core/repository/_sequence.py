@@ -60,6 +60,7 @@ def sequence_policy(config: mc.ModelConfig, model_dir: Path) -> SequencePolicy:
         preferred_batch_sizes=preferred,
         controls=_controls(config),
         states=tuple(_state(config, state, model_dir) for state in batching.state),
+        iterative=batching.iterative_sequence,
     )
 
 

@@ -42,11 +42,11 @@ def check_backend(config: mc.ModelConfig) -> None:
             f'platform "{PYTORCH_PLATFORM}" or "{AOTI_PLATFORM}", backend "{OPENVINO_BACKEND}", '
             f'backend "{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
         )
-    if config.sequence_batching.iterative_sequence:
+    if config.sequence_batching.iterative_sequence and config.sequence_batching.state:
         raise ConfigError(
-            f"model '{config.name}': sequence_batching {{ iterative_sequence: true }} (a request "
-            "the model reschedules with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
-            "supported"
+            f"model '{config.name}': an iterative sequence cannot keep implicit state "
+            "(sequence_batching state): each request is a whole sequence, so its state would "
+            "never reach a next request; keep what its iterations share in the model"
         )
     if config.sequence_batching.state and config.model_transaction_policy.decoupled:
         raise ConfigError(

@@ -139,9 +139,6 @@ class DecoupledExecutor:
             else:
                 sink.put_nowait(Streamed(response, None, final))
 
-        result = await self._instance.execute_decoupled(requests, send, own, cancelled)
-        # Each request's answer went to its stream; the batcher only needs one entry per request.
-        empty: list[Response] = [{} for _ in requests]
-        return ExecutionResult(
-            empty, result.compute_input_ns, result.compute_infer_ns, result.compute_output_ns
-        )
+        # Each request's answer goes to its stream; the batcher gets one empty entry per
+        # request, and the requests the model rescheduled.
+        return await self._instance.execute_decoupled(requests, send, own, cancelled)
