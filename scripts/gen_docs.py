@@ -258,9 +258,16 @@ CONFIG_SUPPORT: dict[str, str] = {
     "max_batch_size": "`0` (no batch dimension) or more; when above 0, every tensor's first "
     "dimension in the model file must be dynamic",
     "input": "`name`, `data_type`, `dims` (`-1` for a variable dimension), `optional`, `reshape` "
-    "(the shape in the model file; clients and the batcher see `dims`)",
+    "(the shape in the model file; clients and the batcher see `dims`), `allow_ragged_batch` "
+    "(see [Ragged batching](../guide/batching.md#ragged-batching))",
     "output": "`name`, `data_type`, `dims`, `reshape`, `label_filename` (class labels, see "
     "[Classification](../guide/classification.md))",
+    "batch_input": "every `kind` (element counts, accumulated with or without a leading 0, the "
+    "largest count as a shape, item shapes and their flattened form), INT32 or FP32, for ONNX "
+    "Runtime, PyTorch and OpenVINO models (see "
+    "[Ragged batching](../guide/batching.md#ragged-batching))",
+    "batch_output": "`BATCH_SCATTER_WITH_INPUT_SHAPE` (see "
+    "[Ragged batching](../guide/batching.md#ragged-batching))",
     "optimization": "`graph { level: -1 }` turns ONNX Runtime's graph optimizations off; "
     "`execution_accelerators { ... }`: ONNX Runtime's `tensorrt` and `cuda` (GPU instances) and "
     "`openvino` (CPU instances) accelerators (see [Backends](../guide/backends.md))",

@@ -157,6 +157,42 @@ def accumulator() -> onnx.ModelProto:
     return _model("accumulator", nodes, inputs, outputs, [one])
 
 
+def ragged_sum() -> onnx.ModelProto:
+    """A ragged batching model as Triton's backends take one: FP32 INPUT [elements] holds the
+    batch's requests end to end, INT32 OFFSETS [batch + 1] where each starts (the batch input
+    BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO); out: SUM [batch, 1], each request's sum, and
+    DOUBLED [elements], INPUT times two (for BATCH_SCATTER_WITH_INPUT_SHAPE)."""
+    inputs = [
+        helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["elements"]),
+        helper.make_tensor_value_info("OFFSETS", TensorProto.INT32, ["edges"]),
+    ]
+    constants = [
+        numpy_helper.from_array(np.array([0], np.float32), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis"),
+        numpy_helper.from_array(np.array([0], np.int64), "first"),
+        numpy_helper.from_array(np.array([1], np.int64), "second"),
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+        numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "end"),
+        numpy_helper.from_array(np.array([2.0], np.float32), "two"),
+    ]
+    nodes = [
+        helper.make_node("CumSum", ["INPUT", "axis"], ["running"]),
+        helper.make_node("Concat", ["zero", "running"], ["totals"], axis=0),  # totals[i]: sum < i
+        helper.make_node("Slice", ["OFFSETS", "first", "last"], ["starts"]),
+        helper.make_node("Slice", ["OFFSETS", "second", "end"], ["ends"]),
+        helper.make_node("Gather", ["totals", "starts"], ["before"]),
+        helper.make_node("Gather", ["totals", "ends"], ["through"]),
+        helper.make_node("Sub", ["through", "before"], ["sums"]),
+        helper.make_node("Unsqueeze", ["sums", "second"], ["SUM"]),
+        helper.make_node("Mul", ["INPUT", "two"], ["DOUBLED"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("SUM", TensorProto.FLOAT, ["batch", 1]),
+        helper.make_tensor_value_info("DOUBLED", TensorProto.FLOAT, ["elements"]),
+    ]
+    return _model("ragged_sum", nodes, inputs, outputs, constants)
+
+
 # A decoupled Python model: COUNT responses of INDEX 0..COUNT-1 per request, then the final flag
 # alone; a negative COUNT is answered with an error.
 REPEAT_MODEL = """

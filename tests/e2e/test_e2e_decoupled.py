@@ -184,3 +184,25 @@ def test_a_decoupled_stateful_model_streams_each_sequences_responses_in_order(
         for step in range(3):
             assert seen[f"{sequence}-{step}"] == [totals[step], totals[step] * 10]
     assert len(errors) == 1 and "must specify the START flag" in errors[0], errors
+
+
+def test_a_decoupled_models_instance_count_changes_in_place(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    repo = place_python_models(_repository(tmp_path), python_mode)
+    server = start_server(repo, "--model-control-mode", "explicit", "--load-model", "repeat")
+    results: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        config = triton.get_model_config("repeat", as_json=True)["config"]
+        for count in (2, 1):  # one instance added, then one retired
+            config["instance_group"][0]["count"] = count
+            triton.load_model("repeat", config=json.dumps(config))
+            served = triton.get_model_config("repeat").config
+            assert [group.count for group in served.instance_group] == [count]
+            triton.start_stream(callback=lambda result, error: results.put((result, error)))
+            triton.async_stream_infer("repeat", _count(2))
+            for index in range(2):
+                result, error = results.get(timeout=20)
+                assert error is None and result is not None, error
+                assert int(result.as_numpy("INDEX").ravel()[0]) == index
+            triton.stop_stream()

@@ -112,8 +112,10 @@ def _fill_from_file(
     if not declared and done.max_batch_size == 0 and can_batch:
         done.max_batch_size = default_max_batch_size
     batching = done.max_batch_size > 0
-    # A sequence model's control and state tensors are the server's, not the client's.
+    # A sequence model's control and state tensors, and batch inputs, are the server's, not
+    # the client's.
     server_inputs, server_outputs = sequence_tensors(done)
+    server_inputs |= {name for entry in done.batch_input for name in entry.target_name}
     if not done.input:
         for tensor in signature.inputs:
             if tensor.name not in server_inputs:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 from backends import (
     BackendError,
@@ -72,7 +73,8 @@ from server.core.repository._validate import (
 )
 from server.core.repository._versions import list_versions, select_versions
 from server.core.repository._warmup import Prepare, warm_up
-from server.core.serving.decoupled import DecoupledRouter
+from server.core.serving import RaggedExecutor, RaggedPlan
+from server.core.serving.decoupled import DecoupledExecutor, DecoupledRouter
 from server.core.serving.ensemble import EnsembleScheduler, is_ensemble, plan_ensemble
 from server.core.serving.reshape import Reshape
 from server.core.serving.submit import model_caller
@@ -230,6 +232,7 @@ async def _new_version(
     python = config.backend == PYTHON_BACKEND
     path, version, placements = opening.path, opening.version, opening.placements
     instances: list[Instance] = []
+    ragged: RaggedPlan | None = None
     try:
         if python:  # model.py may complete the config; initialize() sees the completed one
             if opening.completion.enabled:
@@ -243,7 +246,7 @@ async def _new_version(
             instances.append(await _open_instance(config, opening, 0))
             effective = _complete(config, instances[0].signature, opening.completion)
             effective = report_providers(effective, instances[0])
-            check_signature(effective, instances[0].signature)
+            ragged = check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
         keep_alive_of(effective, 0.0)  # a bad convoy_keep_alive_s fails the load
         sequences = (
@@ -254,7 +257,7 @@ async def _new_version(
             instances.append(await _open_instance(effective, opening, index))
         reshape = Reshape.from_config(effective)
         prepare = _preparation(reshape, strings=not python and _takes_strings(effective))
-        await warm_up(effective, path, version, instances, prepare)
+        await warm_up(effective, path, version, [_ragged(i, ragged) for i in instances], prepare)
         needs = instance_needs(opening.limiter, effective, placements, instances)
     except BaseException:
         for instance in instances:
@@ -262,7 +265,7 @@ async def _new_version(
         raise
     stats = ModelStats()
     router = DecoupledRouter() if effective.model_transaction_policy.decoupled else None
-    executors = [_executor(instance, router) for instance in instances]
+    executors = [_executor(instance, router, ragged) for instance in instances]
     resource_wait = register_instances(opening.limiter, executors, needs, None)
     label = f"{config.name}:{version}"
     batcher: Batcher | SequenceBatcher = (
@@ -345,11 +348,26 @@ def _shared_of(version: ModelVersion) -> SharedArrays:
     return SharedArrays(f"{version.name}-{version.version}")
 
 
-def _executor(instance: Instance, router: DecoupledRouter | None) -> Executor:
+def _executor(
+    instance: Instance, router: DecoupledRouter | None, plan: RaggedPlan | None
+) -> Executor:
+    """What the batcher runs an instance through: a decoupled model's router, or a ragged
+    model's batch assembly (never both: a decoupled model is a Python one)."""
     if router is None:
-        return instance
+        return _ragged(instance, plan)
     assert isinstance(instance, PythonInstance)  # only Python models may be decoupled
     return router.executor(instance)
+
+
+def _ragged(instance: Instance, plan: RaggedPlan | None) -> Instance | RaggedExecutor:
+    return instance if plan is None else RaggedExecutor(instance, plan)
+
+
+def _instance_of(executor: Executor) -> Instance:
+    """The instance behind an executor `_executor` made."""
+    if isinstance(executor, RaggedExecutor | DecoupledExecutor):
+        return executor.instance
+    return cast(Instance, executor)
 
 
 def _complete(
@@ -408,12 +426,12 @@ async def _resize(
         first = len(target.instances)
         limits = instance_needs(opening.limiter, effective, placements, [instance], first)
         target.instances.append(instance)
-        executor = _executor(instance, target.router)
+        executor = _executor(instance, target.router, RaggedPlan.from_config(effective))
         register_instances(opening.limiter, [executor], limits, target.resource_wait)
         batcher.add_executor(executor)
     while len(target.instances) > wanted:
         retired = await batcher.retire_executor()
-        closing = next(i for i in target.instances if i is retired)
+        closing = next(i for i in target.instances if _instance_of(retired) is i)
         target.instances.remove(closing)
         await asyncio.to_thread(closing.close)
     target.config = effective

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from backends import ModelSignature, TensorSignature
 from proto import model_config_pb2 as mc
-from server.contract.datatypes import wire_name
+from server.contract.datatypes import BY_CONFIG, wire_name
 from server.contract.errors import ConfigError
 from server.core.repository._autocomplete import (
     AOTI_PLATFORM,
@@ -19,6 +19,7 @@ from server.core.repository._autocomplete import (
     PYTORCH_PLATFORM,
 )
 from server.core.repository._sequence import sequence_tensors
+from server.core.serving import RaggedPlan
 from server.core.serving.ensemble import ENSEMBLE_PLATFORM, is_ensemble
 
 
@@ -52,6 +53,13 @@ def check_backend(config: mc.ModelConfig) -> None:
         raise ConfigError(
             f"model '{config.name}': a decoupled model cannot keep implicit state "
             "(sequence_batching state): its responses go to the client as it sends them"
+        )
+    if (config.batch_input or config.batch_output) and not (served and not python):
+        raise ConfigError(
+            f"model '{config.name}': batch_input and batch_output are for the backends that "
+            "join a batch's requests into one tensor per input (ONNX Runtime, PyTorch, "
+            "OpenVINO); "
+            + ("a Python model receives each request apart" if python else "an ensemble has none")
         )
     if config.model_transaction_policy.decoupled and not python:
         raise ConfigError(
@@ -95,18 +103,34 @@ def check_ensemble(config: mc.ModelConfig) -> None:
         raise ConfigError(f"ensemble '{config.name}' has no ensemble_scheduling")
 
 
-def check_signature(config: mc.ModelConfig, signature: ModelSignature) -> None:
+def check_signature(config: mc.ModelConfig, signature: ModelSignature) -> RaggedPlan | None:
     """Every declared tensor must exist in the file with the same type and a compatible shape;
-    the file's other inputs must be a sequence model's control and state tensors."""
-    _check_side(config, "input", config.input, signature.inputs)
-    _check_side(config, "output", config.output, signature.outputs)
-    declared = {tensor.name for tensor in config.input} | sequence_tensors(config)[0]
+    the file's other inputs must be a sequence model's control and state tensors, or batch
+    inputs. A ragged input (and a scattered output) holds a whole batch in one dimension. The
+    model's ragged batching plan, if it has one."""
+    plan = RaggedPlan.from_config(config)
+    ragged = frozenset() if plan is None else plan.ragged | frozenset(plan.scatter)
+    _check_side(config, "input", config.input, signature.inputs, ragged)
+    _check_side(config, "output", config.output, signature.outputs, ragged)
+    targets = frozenset() if plan is None else plan.targets
+    declared = {tensor.name for tensor in config.input} | sequence_tensors(config)[0] | targets
+    by_name = {tensor.name: tensor for tensor in signature.inputs}
     for tensor in signature.inputs:
         if tensor.name not in declared:
             raise ConfigError(
                 f"model '{config.name}': the model file has input '{tensor.name}', "
                 "which the config does not declare"
             )
+    for batch_input in () if plan is None else plan.batch_inputs:
+        found = by_name.get(batch_input.target)
+        if found is None or BY_CONFIG[found.data_type].numpy != batch_input.dtype:
+            raise ConfigError(
+                f"model '{config.name}': batch input '{batch_input.target}' must be an input "
+                f"of the model file of type {batch_input.dtype}, but the file's inputs are "
+                f"{sorted(by_name)}"
+                + ("" if found is None else f" and it is {wire_name(found.data_type)}")
+            )
+    return plan
 
 
 def _check_side(
@@ -114,6 +138,7 @@ def _check_side(
     side: str,
     declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput],
     actual: Sequence[TensorSignature],
+    ragged: frozenset[str],
 ) -> None:
     by_name = {tensor.name: tensor for tensor in actual}
     seen: set[str] = set()
@@ -137,7 +162,14 @@ def _check_side(
                 f"{mc.DataType.Name(tensor.data_type)} in the config but "
                 f"{wire_name(found.data_type)} in the model file"
             )
-        _check_shape(config, side, tensor.name, model_dims, found.shape)
+        if tensor.name not in ragged:
+            _check_shape(config, side, tensor.name, model_dims, found.shape)
+        elif side == "input" and len(found.shape) != 1:
+            raise ConfigError(
+                f"model '{config.name}': input '{tensor.name}' allows ragged batches, so the "
+                f"model file must take it in one dimension (the batch's elements end to end), "
+                f"but it expects {list(found.shape)}"
+            )
 
 
 def _check_reshape(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from backends import BackendError, Instance, TensorMap
+from backends import BackendError, TensorMap
+from batching import Executor
 from proto import model_config_pb2 as mc
 from server.contract.datatypes import BY_CONFIG, decode_raw
 from server.contract.errors import ConfigError, ServerError
@@ -25,10 +26,11 @@ async def warm_up(
     config: mc.ModelConfig,
     path: Path,
     version: int,
-    instances: list[Instance],
+    instances: Sequence[Executor],
     prepare: Prepare | None,
 ) -> None:
-    """Run the config's warmup requests on every instance; a failure fails the load."""
+    """Run the config's warmup requests on every instance (through what the batcher runs it
+    with); a failure fails the load."""
     for warmup in config.model_warmup:
         try:
             inputs = _warmup_inputs(config, warmup, path)
@@ -44,7 +46,7 @@ async def warm_up(
         _log.info("model '%s' version %d: warmup '%s' done", config.name, version, warmup.name)
 
 
-async def _check_warmup(instance: Instance, inputs: dict[str, Any]) -> None:
+async def _check_warmup(instance: Executor, inputs: dict[str, Any]) -> None:
     result = await instance.execute([inputs])
     for response in result.responses:
         if isinstance(response, BackendError):

@@ -109,12 +109,12 @@ class DecoupledExecutor:
     """The batcher's executor for one decoupled instance."""
 
     def __init__(self, instance: PythonInstance, router: DecoupledRouter) -> None:
-        self._instance = instance
+        self.instance = instance
         self._router = router
 
     @property
     def name(self) -> str:
-        return self._instance.name
+        return self.instance.name
 
     async def execute(
         self,
@@ -141,4 +141,4 @@ class DecoupledExecutor:
 
         # Each request's answer goes to its stream; the batcher gets one empty entry per
         # request, and the requests the model rescheduled.
-        return await self._instance.execute_decoupled(requests, send, own, cancelled)
+        return await self.instance.execute_decoupled(requests, send, own, cancelled)
