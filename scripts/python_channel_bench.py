@@ -59,6 +59,7 @@ def _measure(
         "instance_name": "identity_0",
         "version": 1,
         "decoupled": False,
+        "iterative": False,
         "args": {"model_config": "{}", "model_name": "identity", "model_version": "1"},
     }
     deadline_ns = time.monotonic_ns() + 60 * 10**9
