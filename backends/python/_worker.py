@@ -156,13 +156,15 @@ class ModelServer:
         for index, arrays in enumerate(inputs):
             # A sequence batcher passes the correlation id, and the START and END flags where
             # set, under Triton's reserved names.
-            own = dict(parameters[index])
-            correlation_id = own.pop("sequence_id", 0)
-            flags = 0
-            if own.pop("sequence_start", False):
-                flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
-            if own.pop("sequence_end", False):
-                flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+            own = parameters[index]
+            correlation_id, flags = 0, 0
+            if own:  # most requests carry none
+                own = dict(own)
+                correlation_id = own.pop("sequence_id", 0)
+                if own.pop("sequence_start", False):
+                    flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+                if own.pop("sequence_end", False):
+                    flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
             requests.append(
                 pb.InferenceRequest(
                     correlation_id=correlation_id,

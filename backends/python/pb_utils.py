@@ -144,6 +144,10 @@ _TRITON_TO_NUMPY: Mapping[int, type[np.generic]] = MappingProxyType(
 _NUMPY_TO_TRITON: Mapping[type[np.generic], int] = MappingProxyType(
     {**{numpy_type: code for code, numpy_type in _TRITON_TO_NUMPY.items()}, np.bytes_: 13}
 )
+# The same by native dtype, which an array's `dtype` is almost always: one lookup per tensor.
+_DTYPE_TO_TRITON: Mapping[np.dtype[Any], int] = MappingProxyType(
+    {np.dtype(numpy_type): code for numpy_type, code in _NUMPY_TO_TRITON.items()}
+)
 
 
 def triton_to_numpy_type(data_type: int) -> type[np.generic] | None:
@@ -207,6 +211,10 @@ class Tensor:
 
     def __init__(self, name: str, numpy_array: npt.ArrayLike) -> None:
         array = np.asarray(numpy_array)
+        triton_dtype = _DTYPE_TO_TRITON.get(array.dtype)
+        if triton_dtype is not None:  # the common case: a native numeric, bool or object dtype
+            self._name, self._array, self._triton_dtype = name, array, triton_dtype
+            return
         if array.dtype.kind in "UV":
             raise TritonModelException(
                 f"tensor '{name}': numpy dtype {array.dtype} is not supported by the python "
@@ -451,8 +459,10 @@ class InferenceRequest:
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
-        raw = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
-        self._parameters = raw
+        if isinstance(parameters, str):
+            self._parameters = parameters
+        else:
+            self._parameters = json.dumps(dict(parameters)) if parameters else "{}"
         self._response_sender = response_sender
         # Set by the server for a request of an iterative sequence model (never by model code).
         self._reschedulable = reschedulable
