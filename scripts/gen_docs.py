@@ -252,7 +252,11 @@ CONFIG_SUPPORT: dict[str, str] = {
     "platform": "`onnxruntime_onnx`, `pytorch_libtorch`, `ensemble` (see "
     "[Backends](../guide/backends.md))",
     "backend": "`onnxruntime`, `pytorch`, `openvino`, `python` (see "
-    "[Backends](../guide/backends.md))",
+    "[Backends](../guide/backends.md)), and any name a Python-based backend's model.py serves "
+    "(see [Python-based backends](../guide/python-and-ensembles.md#python-based-backends))",
+    "runtime": "a `.py` file: the Python-based backend of that name runs the model (see "
+    "[Python-based backends](../guide/python-and-ensembles.md#python-based-backends)); other "
+    "values parse and have no effect",
     "version_policy": "`latest { num_versions }` (default: latest 1), `all {}`, "
     "`specific { versions }`",
     "max_batch_size": "`0` (no batch dimension) or more; when above 0, every tensor's first "

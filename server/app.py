@@ -70,6 +70,7 @@ class App:
             cache=self.cache,
             limiter=rate_limiter(settings),
             config_name=settings.model_config_name,
+            backend_directory=Path(settings.backend_directory),
             load_retries=settings.model_load_retries,
             latency_histograms=settings.latency_histograms and settings.allow_metrics,
             requests_classified=settings.fair_share_header is not None,

@@ -78,6 +78,7 @@ class ServerSettings:
     allow_client_shm: bool = True  # clients may register shared memory regions
     model_load_retries: int = 0  # a failed load is tried again this many times
     model_config_name: str | None = None  # configs/<name>.pbtxt instead of config.pbtxt
+    backend_directory: str = "/opt/tritonserver/backends"  # Python-based backends' model.py
     metrics_interval_ms: int = 2000  # CPU and GPU samples are reused within this period
     summary_latencies: bool = False  # Triton's nv_inference_*_summary_us families
     summary_quantiles: tuple[tuple[float, float], ...] = ()  # (quantile, error); (): Triton's

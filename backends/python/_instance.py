@@ -131,7 +131,7 @@ class PythonInstance:
         holds the arrays the version's instances share (`pb_utils.shared_array`); `metrics`
         keeps the families the model registers (`pb_utils.MetricFamily`); `control` serves its
         model loading API (`pb_utils.load_model`)."""
-        spec = _worker_spec(name, model_dir, version, config)
+        spec = _worker_spec(name, model_dir, version, config, settings.backend_file)
         settings = settings.resolved(config.name, model_dir)  # the loader's are already
         if shared is not None:
             spec["shared_dir"] = shared.acquire()
@@ -178,7 +178,8 @@ class PythonInstance:
     ) -> mc.ModelConfig:
         """The config after model.py's `TritonPythonModel.auto_complete_config` (run in a worker
         of its own), as Triton's python backend completes it; blocking."""
-        spec = _worker_spec(f"{config.name}_{version}_auto_complete", model_dir, version, config)
+        name = f"{config.name}_{version}_auto_complete"
+        spec = _worker_spec(name, model_dir, version, config, settings.backend_file)
         deadline_ns = time.monotonic_ns() + int(settings.initialize_timeout_s * 1e9)
         try:
             environment = settings.resolved(config.name, model_dir).environment
@@ -564,11 +565,14 @@ def _result(
 
 
 def _worker_spec(
-    name: str, model_dir: Path, version: int, config: mc.ModelConfig
+    name: str, model_dir: Path, version: int, config: mc.ModelConfig, backend_file: str = ""
 ) -> dict[str, Any]:
-    """What a worker is started with: model.py's path, names, and Triton's initialize args."""
+    """What a worker is started with: model.py's path (the version's, or a Python-based
+    backend's), names, and Triton's initialize args."""
     model_path = (
-        model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
+        Path(backend_file)
+        if backend_file
+        else model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
     )
     if not model_path.is_file():
         raise ModelLoadError(

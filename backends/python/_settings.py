@@ -34,6 +34,9 @@ class PythonSettings:
     execution_env: str = ""
     # Its environment, found, unpacked and checked (`resolved`); None: not yet, or none named.
     environment: ExecutionEnvironment | None = None
+    # A Python-based backend's model.py, which runs the model in place of the version's own
+    # (Triton's `<backend-directory>/<backend>/model.py`); "": the version's own file.
+    backend_file: str = ""
 
     @classmethod
     def from_config(cls, config: model_config_pb2.ModelConfig) -> PythonSettings:

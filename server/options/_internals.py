@@ -80,14 +80,6 @@ INTERNALS = (
         repeat=True,
     ),
     Option(
-        "backend-directory",
-        FILE,
-        "folder of backend libraries",
-        NO_EFFECT,
-        "/opt/tritonserver/backends",
-        behaviour=_PLUGINS,
-    ),
-    Option(
         "repoagent-directory",
         FILE,
         "folder of repository agents",

@@ -114,6 +114,16 @@ REPOSITORY = (
         "unset",
         behaviour="a model without that file falls back to config.pbtxt",
     ),
+    Option(
+        "backend-directory",
+        FILE,
+        "where Python-based backends are: `<directory>/<backend>/model.py`",
+        SERVED,
+        "/opt/tritonserver/backends",
+        "/opt/tritonserver/backends",
+        behaviour="Convoy's own backends are built in; a backend it does not serve runs as a "
+        "Python-based one when its model.py is there",
+    ),
     Option("model-load-thread-count", INT, "models loaded in parallel", SERVED, "4", 4),
     Option(
         "model-load-retry-count",

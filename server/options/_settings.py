@@ -88,6 +88,7 @@ def settings_from(
         allow_client_shm=values["allow_client_shm"],
         model_load_retries=max(0, values["model_load_retry_count"]),
         model_config_name=_config_name(values["model_config_name"]),
+        backend_directory=values["backend_directory"],
         metrics_interval_ms=values["metrics_interval_ms"],
         cache_config=_cache_config(values),
         rate_limit=values["rate_limit"],

@@ -266,7 +266,7 @@ def test_summary_metrics_config_and_quantiles() -> None:
 
 def test_no_effect_options_are_noted_once_with_the_reason() -> None:
     parsed = triton_parser().parse_triton(
-        ["--model-store=/m", "--pinned-memory-pool-byte-size=1", "--backend-directory", "/x"], {}
+        ["--model-store=/m", "--pinned-memory-pool-byte-size=1", "--cache-directory", "/x"], {}
     )
     _, notes = settings_from(parsed, {})
     assert len(notes) == 2

@@ -107,6 +107,23 @@ def test_a_backend_convoy_cannot_serve(tmp_path: Path) -> None:
     assert "no extra of this Convoy serves 'tensorflow_savedmodel'" in finding.fix
 
 
+def test_a_python_based_backend_is_found_where_the_server_finds_it(tmp_path: Path) -> None:
+    backends, repo = tmp_path / "backends", tmp_path / "repo"
+    (backends / "adder").mkdir(parents=True)
+    (backends / "adder" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (repo / "m" / "1").mkdir(parents=True)
+    (repo / "m" / "config.pbtxt").write_text(
+        'backend: "adder"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    found = DoctorSettings(measure=False, backend_directory=backends)
+    names, findings = asyncio.run(examine([repo], PLENTY_BYTES, found))
+    assert list(names) == ["m"] and not findings
+    elsewhere = DoctorSettings(measure=False, backend_directory=tmp_path / "none")
+    _, findings = asyncio.run(examine([repo], PLENTY_BYTES, elsewhere))
+    assert "or a Python-based backend" in only(findings, Check.BACKEND).message
+
+
 def test_a_missing_model_file_and_a_bad_config(tmp_path: Path) -> None:
     (tmp_path / "empty" / "1").mkdir(parents=True)
     (tmp_path / "typo").mkdir()

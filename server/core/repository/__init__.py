@@ -6,6 +6,7 @@ from server.core.repository._autocomplete import (
     autocomplete,
     fill_identity,
 )
+from server.core.repository._backends import python_backend_file
 from server.core.repository._budget import (
     MemoryBudget,
     Resident,
@@ -53,6 +54,7 @@ __all__ = [
     "list_versions",
     "parse_config",
     "parse_version",
+    "python_backend_file",
     "read_config",
     "read_labels",
     "select_versions",

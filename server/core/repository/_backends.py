@@ -21,6 +21,7 @@ from backends import (
 )
 from backends.pytorch import torch_cuda_device_count
 from proto import model_config_pb2 as mc
+from server.contract.errors import ConfigError
 from server.core.repository._autocomplete import (
     AOTI_PLATFORM,
     ONNX_BACKEND,
@@ -37,6 +38,7 @@ _log = logging.getLogger(__name__)
 
 # Instances a CPU group without a count runs: two for ONNX Runtime, one for the others (Triton).
 _ORT_DEFAULT_COUNT = 2
+_SERVED = (ONNX_BACKEND, PYTORCH_BACKEND, OPENVINO_BACKEND)  # the backends Convoy runs itself
 
 
 def detect_backend(config: mc.ModelConfig, path: Path) -> mc.ModelConfig:
@@ -60,6 +62,29 @@ def detect_backend(config: mc.ModelConfig, path: Path) -> mc.ModelConfig:
 
 def _versions(path: Path) -> list[Path]:
     return [entry for entry in path.iterdir() if entry.is_dir() and is_version_name(entry.name)]
+
+
+def python_backend_file(config: mc.ModelConfig, directory: Path | None) -> Path | None:
+    """The model.py of the Python-based backend that runs this model, as Triton finds one:
+    `<directory>/<backend>/model.py` for a backend Convoy does not serve itself, or the file its
+    `runtime` names (`runtime: "model.py"`) for any backend. None: the backend is Convoy's own
+    (or none is there: its load then says the backend is not supported)."""
+    if config.backend == PYTHON_BACKEND or is_ensemble(config):
+        return None
+    own = config.backend in _SERVED
+    if own and not config.runtime.endswith(".py"):
+        return None
+    runtime = config.runtime if config.runtime.endswith(".py") else "model.py"
+    found = None if directory is None else directory / config.backend / runtime
+    if found is not None and found.is_file():
+        return found
+    if config.runtime.endswith(".py"):
+        raise ConfigError(
+            f"model '{config.name}': runtime '{config.runtime}' names a Python-based backend, "
+            f"but '{found or runtime}' does not exist (--backend-directory: "
+            f"{directory or 'none given'})"
+        )
+    return None
 
 
 def plan(config: mc.ModelConfig) -> list[Placement]:

@@ -55,6 +55,7 @@ from server.core.repository._backends import (
     device_count,
     open_instance,
     plan,
+    python_backend_file,
     report_providers,
 )
 from server.core.repository._budget import footprint_bytes
@@ -116,16 +117,19 @@ async def build_model(
     limiter: RateLimiter | None = None,
     config_name: str | None = None,
     latency_histograms: bool = False,
+    backend_directory: Path | None = None,
 ) -> Built:
     """Build the versions the policy selects; `current` ones are kept if nothing changed;
     `config_name` picks `configs/<name>.pbtxt` over config.pbtxt where a model has it;
-    `latency_histograms`: new versions observe Triton's latency histograms."""
+    `latency_histograms`: new versions observe Triton's latency histograms;
+    `backend_directory`: where Python-based backends are found (Triton's --backend-directory)."""
     built = Built()
     try:
         raw = override if override is not None else read_config(path, config_name)
         raw = raw or mc.ModelConfig()
         config = fill_identity(detect_backend(raw, path), name)
-        check_backend(config)
+        backend_file = python_backend_file(config, backend_directory)
+        check_backend(config, python_based=backend_file is not None)
         histogram_buckets(config)  # bad buckets fail the model, histograms on or off
         versions = select_versions(name, config.version_policy, list_versions(path))
     except (ServerError, OSError) as exc:
@@ -143,7 +147,7 @@ async def build_model(
                 loaded = await _ensemble_version(config, version, peers)
             else:
                 loaded = await _build_version(
-                    config, path, version, previous, peers, completion, limiter
+                    config, path, version, previous, peers, completion, limiter, backend_file
                 )
             loaded.labels = labels
             if latency_histograms and loaded.stats.latency is None:
@@ -172,6 +176,11 @@ class _Opening:
     control: ModelControl  # the model loading API, for a Python model's threads
     python: PythonSettings | None  # a Python model's, its environment resolved for the version
 
+    @property
+    def runs_python(self) -> bool:
+        """The Python backend runs it: a Python model, or one of a Python-based backend."""
+        return self.python is not None
+
 
 async def _build_version(
     config: mc.ModelConfig,
@@ -181,8 +190,11 @@ async def _build_version(
     peers: Peers,
     completion: AutoComplete,
     limiter: RateLimiter | None,
+    backend_file: Path | None = None,
 ) -> ModelVersion:
-    model_file = path / str(version) / config.default_model_filename
+    """`backend_file`: the Python-based backend's model.py that runs the model, if one does;
+    the version directory then holds whatever that model.py reads."""
+    model_file = backend_file or path / str(version) / config.default_model_filename
     if not model_file.is_file():
         raise ConfigError(f"model '{config.name}' version {version}: '{model_file}' not found")
     info = model_file.stat()
@@ -192,7 +204,7 @@ async def _build_version(
     if previous is not None and previous.source == source:
         return previous
     # Planned from the config as written: the first instance opens before auto-complete.
-    placements = plan(config)
+    placements = [] if backend_file is not None else plan(config)
     opening = _Opening(
         path,
         version,
@@ -204,7 +216,7 @@ async def _build_version(
         SharedArrays(f"{config.name}-{version}"),
         peers.custom_metrics,
         from_thread(peers.model_loading, asyncio.get_running_loop()),
-        await _python_settings(config, path),
+        await _python_settings(config, path, backend_file),
     )
     if (
         previous is not None
@@ -217,19 +229,25 @@ async def _build_version(
     return await _new_version(config, source, opening)
 
 
-async def _python_settings(config: mc.ModelConfig, path: Path) -> PythonSettings | None:
-    """A Python model's settings, its execution environment resolved once (a tarball unpacked,
-    its interpreter checked) for every instance of the version; None for other backends."""
-    if config.backend != PYTHON_BACKEND:
+async def _python_settings(
+    config: mc.ModelConfig, path: Path, backend_file: Path | None
+) -> PythonSettings | None:
+    """A Python model's settings (a Python-based backend's model.py among them), its execution
+    environment resolved once (a tarball unpacked, its interpreter checked) for every instance
+    of the version; None for other backends."""
+    if config.backend != PYTHON_BACKEND and backend_file is None:
         return None
-    return await asyncio.to_thread(PythonSettings.from_config(config).resolved, config.name, path)
+    settings = PythonSettings.from_config(config)
+    if backend_file is not None:
+        settings = replace(settings, backend_file=str(backend_file))
+    return await asyncio.to_thread(settings.resolved, config.name, path)
 
 
 async def _new_version(
     config: mc.ModelConfig, source: VersionSource, opening: _Opening
 ) -> ModelVersion:
     started_s = time.monotonic()
-    python = config.backend == PYTHON_BACKEND
+    python = opening.runs_python
     path, version, placements = opening.path, opening.version, opening.placements
     instances: list[Instance] = []
     ragged: RaggedPlan | None = None
@@ -322,14 +340,14 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
     """Instance `index` of a version: a Python worker, or an ONNX Runtime, PyTorch or OpenVINO
     instance where planned."""
     name = f"{config.name}_{opening.version}_{index}"
-    if config.backend == PYTHON_BACKEND:
+    if opening.python is not None:
         return await asyncio.to_thread(
             PythonInstance.load,
             name,
             opening.path,
             opening.version,
             config,
-            opening.python or PythonSettings.from_config(config),
+            opening.python,
             opening.caller,
             opening.shared,
             opening.metrics,

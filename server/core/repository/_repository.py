@@ -65,6 +65,7 @@ class Repository:
         limiter: RateLimiter | None = None,
         config_name: str | None = None,
         load_retries: int = 0,
+        backend_directory: Path | None = None,
         latency_histograms: bool = False,
         requests_classified: bool = True,
         explicit_model_control: bool = False,
@@ -74,6 +75,7 @@ class Repository:
         # that asks for fair share is warned about at each load (it serves first come first).
         self._requests_classified = requests_classified
         self._config_name = config_name  # configs/<name>.pbtxt over config.pbtxt (Triton's)
+        self._backend_directory = backend_directory  # where Python-based backends are found
         self._load_retries = load_retries  # a failed build is tried again this many times
         self._latency_histograms = latency_histograms  # versions observe Triton's histograms
         self._cache = cache  # the server's response cache, for the versions that enable it
@@ -256,6 +258,7 @@ class Repository:
                 limiter=self._limiter,
                 config_name=self._config_name,
                 latency_histograms=self._latency_histograms,
+                backend_directory=self._backend_directory,
             )
 
         built = await build()

@@ -23,11 +23,12 @@ from server.core.serving import RaggedPlan
 from server.core.serving.ensemble import ENSEMBLE_PLATFORM, is_ensemble
 
 
-def check_backend(config: mc.ModelConfig) -> None:
-    """ONNX, Python, PyTorch, OpenVINO and ensemble models are served; any other backend is a
-    clear load error."""
+def check_backend(config: mc.ModelConfig, python_based: bool = False) -> None:
+    """ONNX, Python, PyTorch, OpenVINO and ensemble models are served, and so is any backend a
+    Python-based backend's model.py runs (`python_based`); any other backend is a clear load
+    error."""
     onnx = config.backend == ONNX_BACKEND and config.platform in ("", ONNX_PLATFORM)
-    python = config.backend == PYTHON_BACKEND and not config.platform
+    python = (config.backend == PYTHON_BACKEND and not config.platform) or python_based
     pytorch = config.backend == PYTORCH_BACKEND and config.platform in (
         "",
         PYTORCH_PLATFORM,
@@ -41,7 +42,8 @@ def check_backend(config: mc.ModelConfig) -> None:
             f"model '{config.name}': backend '{kind}' is not supported (supported: backend "
             f'"{ONNX_BACKEND}" / platform "{ONNX_PLATFORM}", backend "{PYTORCH_BACKEND}" / '
             f'platform "{PYTORCH_PLATFORM}" or "{AOTI_PLATFORM}", backend "{OPENVINO_BACKEND}", '
-            f'backend "{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}")'
+            f'backend "{PYTHON_BACKEND}", platform "{ENSEMBLE_PLATFORM}", or a Python-based '
+            "backend: its model.py in --backend-directory, under the backend's name)"
         )
     if config.sequence_batching.iterative_sequence and config.sequence_batching.state:
         raise ConfigError(

@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
         "in config.pbtxt by convoy profile is still read)",
     )
     parser.add_argument(
+        "--backend-directory",
+        type=Path,
+        default=Path("/opt/tritonserver/backends"),
+        help="where Python-based backends are, as convoy serve's flag (default "
+        "/opt/tritonserver/backends)",
+    )
+    parser.add_argument(
         "--disable-auto-complete-config",
         action="store_true",
         help="check configs as a server with this flag reads them",
@@ -55,6 +62,7 @@ def main(argv: Sequence[str]) -> int:
     settings = DoctorSettings(
         measure=not args.no_measure,
         completion=AutoComplete(enabled=not args.disable_auto_complete_config),
+        backend_directory=args.backend_directory,
     )
     models, findings = asyncio.run(examine(args.repository, args.memory_budget, settings))
     print(as_json(models, findings) if args.format == "json" else as_table(models, findings))

@@ -17,6 +17,8 @@ class DoctorSettings:
 
     measure: bool = True  # run a batch on one instance to time it (the queue delay check)
     completion: AutoComplete = field(default_factory=AutoComplete)  # as the server's flags
+    # Where Python-based backends are found, as the server's --backend-directory.
+    backend_directory: Path | None = Path("/opt/tritonserver/backends")
 
 
 @dataclass(slots=True)

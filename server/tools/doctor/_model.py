@@ -26,6 +26,7 @@ from server.core.repository import (
     fill_identity,
     footprint_bytes,
     list_versions,
+    python_backend_file,
     read_config,
     select_versions,
 )
@@ -52,7 +53,8 @@ async def examine_model(name: str, path: Path, settings: DoctorSettings) -> Exam
         examined.add(Severity.ERROR, Check.CONFIG, str(exc), config_path, "")
         return examined
     try:
-        check_backend(config)
+        backend_file = python_backend_file(config, settings.backend_directory)
+        check_backend(config, python_based=backend_file is not None)
     except ConfigError as exc:
         examined.add(Severity.ERROR, Check.BACKEND, str(exc), config_path, backend_fix(config))
         return examined
@@ -75,7 +77,8 @@ async def examine_model(name: str, path: Path, settings: DoctorSettings) -> Exam
         )
         return examined
     for version in versions:
-        await _examine_version(examined, config, version, version == versions[-1], settings)
+        newest = version == versions[-1]
+        await _examine_version(examined, config, version, newest, settings, backend_file)
     if examined.config is not None:
         check_queue(examined, examined.config, config_path)
     return examined
@@ -87,10 +90,12 @@ async def _examine_version(
     version: int,
     newest: bool,
     settings: DoctorSettings,
+    backend_file: Path | None = None,
 ) -> None:
-    """One version's file against the config; the newest also gives the completed config the
-    repository-wide checks read, and is timed for the queue delay check."""
-    model_file = examined.path / str(version) / config.default_model_filename
+    """One version's file against the config (a Python-based backend's model.py, if one runs
+    it); the newest also gives the completed config the repository-wide checks read, and is
+    timed for the queue delay check."""
+    model_file = backend_file or examined.path / str(version) / config.default_model_filename
     if not model_file.is_file():
         examined.add(
             Severity.ERROR,
@@ -100,7 +105,7 @@ async def _examine_version(
             "put the model file there, or set default_model_filename to the file's name",
         )
         return
-    if config.backend == PYTHON_BACKEND:
+    if config.backend == PYTHON_BACKEND or backend_file is not None:
         _python_version(examined, config, model_file, settings.completion)
         return
     if config.backend != ONNX_BACKEND:
