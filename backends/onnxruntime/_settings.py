@@ -11,6 +11,7 @@ import onnxruntime as ort
 
 from backends.config import bool_parameter, instance_count, int_parameter, string_parameters
 from backends.device import usable_cores
+from backends.errors import ModelLoadError
 from backends.onnxruntime._accelerators import Accelerators
 from proto import model_config_pb2 as mc
 
@@ -59,6 +60,9 @@ class OrtSettings:
     measure_pool: bool = False
     # `optimization { execution_accelerators { ... } }`: TensorRT, CUDA options, OpenVINO.
     accelerators: Accelerators = field(default_factory=Accelerators)
+    # `model_operations { op_library_filename }`: custom operator libraries each session
+    # registers, found as ONNX Runtime (dlopen) finds them: a path, or a name on the library path.
+    op_libraries: tuple[str, ...] = ()
 
     @classmethod
     def from_config(
@@ -85,6 +89,7 @@ class OrtSettings:
             ),
             measure_pool=intra != 1 and "intra_op_thread_count" not in params,
             accelerators=Accelerators.from_config(config),
+            op_libraries=tuple(config.model_operations.op_library_filename),
         )
 
     def session_options(self, single_thread: bool = False) -> ort.SessionOptions:
@@ -105,6 +110,14 @@ class OrtSettings:
             if self.optimize_graph
             else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         )
+        for library in self.op_libraries:
+            try:
+                options.register_custom_ops_library(library)
+            except Exception as exc:  # ONNX Runtime's own exception types
+                raise ModelLoadError(
+                    f"custom operations library '{library}' (model_operations "
+                    f"op_library_filename) could not be loaded: {exc}"
+                ) from exc
         return options
 
 
