@@ -270,6 +270,9 @@ CONFIG_SUPPORT: dict[str, str] = {
     "largest count as a shape, item shapes and their flattened form), INT32 or FP32, for ONNX "
     "Runtime, PyTorch and OpenVINO models (see "
     "[Ragged batching](../guide/batching.md#ragged-batching))",
+    "model_repository_agents": "the `checksum` agent (MD5 and SHA digests of the model's "
+    "files); any other agent fails the load (see "
+    "[Model repository](../guide/model-repository.md#repository-agents))",
     "model_operations": "`op_library_filename`: ONNX Runtime custom operator libraries (see "
     "[Backends](../guide/backends.md#onnx-runtime-custom-operators))",
     "batch_output": "`BATCH_SCATTER_WITH_INPUT_SHAPE` (see "

@@ -85,7 +85,7 @@ INTERNALS = (
         "folder of repository agents",
         NO_EFFECT,
         "/opt/tritonserver/repoagents",
-        behaviour="Convoy has no repository agents",
+        behaviour="Convoy's one repository agent, checksum, is built in",
     ),
     Option(
         "cache-directory",

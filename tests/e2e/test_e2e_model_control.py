@@ -8,6 +8,7 @@ server; `swapped_simple` (OUTPUT0 = a - b) tells a version apart from `simple` (
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -788,3 +789,28 @@ def test_sigterm_with_models_loaded_through_the_api_exits_0(
         assert serve_simple(client, "fresh") == ("1", ADD)
     assert server.stop() == 0
     assert "Traceback" not in server.log()
+
+
+def test_the_checksum_agent_keeps_a_changed_file_from_loading(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """Triton's checksum repository agent: the model loads while its file matches the MD5 its
+    config gives; once the file changes, a reload fails saying so, and the loaded version keeps
+    serving."""
+    repo = tmp_path / "repo"
+    model_dir = write_simple(repo, "simple")
+    digest = hashlib.md5((model_dir / "1" / "model.onnx").read_bytes()).hexdigest()
+    agents = {"agents": [{"name": "checksum", "parameters": {"MD5:1/model.onnx": digest}}]}
+    (model_dir / "config.pbtxt").write_text(
+        pbtxt(simple_config("simple", model_repository_agents=agents))
+    )
+    server = start_server(repo, *EXPLICIT, "--load-model", "simple")
+    with grpcclient.InferenceServerClient(server.url) as client:
+        assert serve_simple(client, "simple") == ("1", ADD)
+        write_simple(repo, "simple", swapped=True)  # the file changes; its config does not
+        (model_dir / "config.pbtxt").write_text(
+            pbtxt(simple_config("simple", model_repository_agents=agents))
+        )
+        refused = error_of(client.load_model, "simple")
+        assert "the MD5 checksum of '1/model.onnx' is" in refused.message()
+        assert serve_simple(client, "simple") == ("1", ADD)

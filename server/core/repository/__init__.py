@@ -1,5 +1,6 @@
 """The model repository: scanning, config parsing, auto-complete, versions and loaded models."""
 
+from server.core.repository._agents import run_agents
 from server.core.repository._autocomplete import (
     DEFAULT_MAX_BATCH_SIZE,
     AutoComplete,
@@ -57,5 +58,6 @@ __all__ = [
     "python_backend_file",
     "read_config",
     "read_labels",
+    "run_agents",
     "select_versions",
 ]

@@ -42,6 +42,7 @@ from server.contract.errors import ConfigError, ServerError
 from server.contract.model_io import ModelIO
 from server.core.observability.histograms import LatencyHistograms, histogram_buckets
 from server.core.observability.stats import ModelStats
+from server.core.repository._agents import run_agents
 from server.core.repository._autocomplete import (
     DEFAULT_AUTO_COMPLETE,
     PYTHON_BACKEND,
@@ -130,6 +131,7 @@ async def build_model(
         config = fill_identity(detect_backend(raw, path), name)
         backend_file = python_backend_file(config, backend_directory)
         check_backend(config, python_based=backend_file is not None)
+        await asyncio.to_thread(run_agents, config, path)  # the checksum agent reads the files
         histogram_buckets(config)  # bad buckets fail the model, histograms on or off
         versions = select_versions(name, config.version_policy, list_versions(path))
     except (ServerError, OSError) as exc:
