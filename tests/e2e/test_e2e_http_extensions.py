@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -378,3 +380,40 @@ def test_generate_errors_answer_their_codes(convoy: ConvoyServer) -> None:
             status, content_type, answer = post(convoy, f"/v2/models/{model}/{kind}", request)
             assert (status, content_type.split(";")[0]) == (code, "application/json"), answer
             assert message in json.loads(answer)["error"], (model, kind)
+
+
+def test_an_http_client_that_leaves_takes_its_queued_request_with_it(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """As over gRPC: an inference request whose HTTP client closed the connection while it
+    waited in the queue is never executed; the request before it is answered."""
+    repo = tmp_path / "repo"
+    models.write_sleepy(repo)
+    server = start_server(repo)
+    url = f"127.0.0.1:{server.http_port}"
+
+    def body(seconds: float) -> bytes:
+        inputs = [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [seconds]}]
+        return json.dumps({"inputs": inputs}).encode()
+
+    with httpclient.InferenceServerClient(url, network_timeout=30) as http:
+        running = http.async_infer("sleepy", [_sleep_input(1.0)])  # holds the one instance
+        time.sleep(0.3)
+        sent = body(0.0)
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as client:
+            client.sendall(
+                b"POST /v2/models/sleepy/infer HTTP/1.1\r\nHost: localhost\r\n"
+                + f"Content-Length: {len(sent)}\r\n\r\n".encode()
+                + sent
+            )
+            time.sleep(0.2)  # queued behind the running batch; then the client goes
+        assert running.get_result().as_numpy("Y").tolist() == [[1.0]]
+        time.sleep(0.3)
+        stats = http.get_inference_statistics("sleepy")["model_stats"][0]
+    assert stats["execution_count"] == 1, stats  # the queued request never ran
+
+
+def _sleep_input(seconds: float) -> httpclient.InferInput:
+    tensor = httpclient.InferInput("X", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.array([[seconds]], np.float32))
+    return tensor

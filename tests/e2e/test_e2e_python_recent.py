@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import queue
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -144,6 +145,10 @@ class TritonPythonModel:
     def _stream(self, request):
         sender = request.get_response_sender()
         sent = 0
+        if pb_utils.get_input_tensor_by_name(request, "X").as_numpy()[0] < 0:
+            deadline = time.monotonic() + 10  # silent: nothing sent until its caller leaves
+            while not request.is_cancelled() and time.monotonic() < deadline:
+                time.sleep(0.02)
         while sent < 100 and not request.is_cancelled():
             y = pb_utils.Tensor("Y", np.array([float(sent)], dtype=np.float32))
             sender.send(pb_utils.InferenceResponse([y], parameters={"i": sent}))
@@ -469,3 +474,26 @@ def test_an_http_stream_the_client_leaves_ends_and_the_model_sees_it(
         time.sleep(0.05)
     observed, sent = marker.read_text().split()
     assert observed == "True" and 2 <= int(sent) < 100  # it stopped, seeing is_cancelled()
+
+
+def test_an_http_stream_the_client_leaves_before_any_event_ends_too(
+    server: ConvoyServer, flags: Path
+) -> None:
+    """The same when the model has sent nothing yet: the server sees the client go."""
+    marker = flags / "counter.marker"
+    marker.unlink(missing_ok=True)
+    body = json.dumps({"X": -1.0}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as client:
+        client.sendall(
+            b"POST /v2/models/counter/generate_stream HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(0.3)  # the model is running, silent
+    deadline_s = time.monotonic() + 5
+    while not marker.exists() and time.monotonic() < deadline_s:
+        time.sleep(0.05)
+    assert marker.exists(), "the model never saw its caller leave"
+    observed, sent = marker.read_text().split()
+    assert (observed, sent) == ("True", "0")

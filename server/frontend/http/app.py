@@ -161,7 +161,8 @@ class HttpFrontEnd:
         router = Router()
         for method, path, handler, group in self.routes():
             rules = [rule for rule in self._restricted if group in rule.groups]
-            router.add(method, path, _errors(_guarded(handler, rules) if rules else handler))
+            wrapped = _errors(_guarded(handler, rules) if rules else handler)
+            router.add(method, path, wrapped, ends_with_client=group == "inference")
         return router
 
     async def start(

@@ -93,9 +93,16 @@ class Router:
     def __init__(self) -> None:
         self._routes: dict[int, list[_Route]] = {}
         self._resolved = functools.lru_cache(maxsize=_RESOLVED)(self._match)
+        self._leaving: set[Handler] = set()  # handlers whose answer ends when the client leaves
 
-    def add(self, method: str, template: str, handler: Handler) -> None:
+    def add(
+        self, method: str, template: str, handler: Handler, *, ends_with_client: bool = False
+    ) -> None:
+        """`ends_with_client`: a client that leaves cancels the answer (inference: nobody is
+        left to answer); otherwise the answer finishes (a model's load, say)."""
         self._resolved.cache_clear()
+        if ends_with_client:
+            self._leaving.add(handler)
         segments = tuple(template.split("/"))
         routes = self._routes.setdefault(len(segments), [])
         for route in routes:
@@ -103,6 +110,9 @@ class Router:
                 route.handlers[method] = handler
                 return
         routes.append(_Route(segments, {method: handler}))
+
+    def ends_with_client(self, handler: Handler) -> bool:
+        return handler in self._leaving
 
     def resolve(self, method: str, path: str) -> tuple[Handler, Mapping[str, str]] | int:
         """The handler and its placeholders' values; NOT_FOUND, or METHOD_NOT_ALLOWED for a

@@ -134,8 +134,11 @@ class HttpServer:
         self._answering.add(task)
         task.add_done_callback(self._answering.discard)
 
-    async def respond(self, parsed: _Parsed) -> Response | Streamed:
-        """The answer to one parsed request; refusals of the transport are `{"error": ...}`."""
+    async def respond(
+        self, parsed: _Parsed, connection: _Connection | None = None
+    ) -> Response | Streamed:
+        """The answer to one parsed request; refusals of the transport are `{"error": ...}`.
+        An answer the router lets its client's leaving cancel is `connection`'s to cancel."""
         if parsed.refusal is not None:
             return json_response({"error": parsed.refusal}, 400)
         try:
@@ -156,6 +159,8 @@ class HttpServer:
         except (ValueError, zlib.error) as exc:
             return json_response({"error": f"the request body cannot be decoded: {exc}"}, 400)
         handler, match_info = found
+        if connection is not None and self._router.ends_with_client(handler):
+            connection.cancellable = asyncio.current_task()
         request = Request(parsed.method, path, parsed.headers, body, match_info)
         try:
             return await handler(request)
@@ -199,6 +204,10 @@ class _Connection(asyncio.Protocol):
         self._pending: deque[_Parsed] = deque()  # parsed, waiting for the answer before them
         self._busy = False  # an answer is under way
         self._writable: asyncio.Future[None] | None = None  # set while the transport is full
+        # The answer under way to an inference request: a client that leaves cancels it, so a
+        # request still queued is never executed and a stream's model sees is_cancelled(), with
+        # or without an event sent yet. Other requests (a model's load) finish.
+        self.cancellable: asyncio.Task[Any] | None = None
         self.idle_since_s: float | None = None  # None: a request is being read or answered
         self._last = False  # after an upgrade request: it is answered, then the connection closes
         self._close_at_s: float | None = None  # when the connection has lived its age
@@ -224,6 +233,8 @@ class _Connection(asyncio.Protocol):
         self._transport = None
         self._server.connections.discard(self)
         self._pending.clear()
+        if self.cancellable is not None:
+            self.cancellable.cancel()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -336,7 +347,7 @@ class _Connection(asyncio.Protocol):
     async def answer(self, parsed: _Parsed) -> None:
         keep_alive = parsed.keep_alive and parsed.refusal is None
         try:
-            response = await self._server.respond(parsed)
+            response = await self._server.respond(parsed, self)
             # A stopping server says so, as does a connection that can read no more or has
             # lived its age.
             keep_alive = keep_alive and not self._server.closing and not self._last
@@ -350,6 +361,7 @@ class _Connection(asyncio.Protocol):
                 await self._writable
         finally:
             self._busy = False
+            self.cancellable = None
             transport = self._transport
             if transport is not None:
                 if not keep_alive:
