@@ -206,3 +206,27 @@ def test_a_decoupled_models_instance_count_changes_in_place(
                 assert error is None and result is not None, error
                 assert int(result.as_numpy("INDEX").ravel()[0]) == index
             triton.stop_stream()
+
+
+def test_an_ensemble_step_on_a_decoupled_model_takes_its_one_response(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    """A decoupled model that sends one response serves as an ensemble's step; one that sends
+    another count fails the request, saying so (Convoy does not fan a step's responses out)."""
+    repo = _repository(tmp_path)
+    (repo / "ensemble" / "1").mkdir(parents=True)
+    (repo / "ensemble" / "config.pbtxt").write_text(
+        'name: "ensemble"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "repeat" model_version: -1 '
+        'input_map { key: "COUNT" value: "N" } output_map { key: "INDEX" value: "I" } } ] }\n'
+    )
+    server = start_server(place_python_models(repo, python_mode))
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        one = [infer_input("N", np.array([[1]], np.int32), "INT32")]
+        assert triton.infer("ensemble", one).as_numpy("I").tolist() == [[0]]
+        three = [infer_input("N", np.array([[3]], np.int32), "INT32")]
+        with pytest.raises(InferenceServerException, match="sent 3 responses") as refused:
+            triton.infer("ensemble", three)
+        assert "UNIMPLEMENTED" in str(refused.value.status())

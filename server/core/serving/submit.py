@@ -25,7 +25,7 @@ from batching import (
     SequenceStep,
 )
 from server.contract.datatypes import wire_of
-from server.contract.errors import InvalidInputError
+from server.contract.errors import InvalidInputError, UnsupportedError
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
 from server.core.cache import Lookup
@@ -121,9 +121,36 @@ async def infer_on(
     outputs: Sequence[str],
     options: InferOptions,
 ) -> RequestResult:
-    """Check a request built in the server as a client's would be, then submit it."""
+    """Check a request built in the server as a client's would be, then submit it. A
+    decoupled version answers through its stream, and must send exactly one response (an
+    ensemble's step takes one; UnsupportedError for any other count)."""
     checked, batch_size = check_request(target.io, _inputs(target, arrays), outputs)
-    return await submit(target, checked, batch_size, options)
+    if target.router is None:
+        return await submit(target, checked, batch_size, options)
+    started_ns = time.monotonic_ns()
+    answers: list[Mapping[str, Any]] = []
+    # Closing this stream closes the request's own at once (it ends the request).
+    async with contextlib.aclosing(
+        target.router.stream(target, checked, batch_size, options)
+    ) as items:
+        async for item in items:
+            if item.error is not None:
+                raise item.error
+            if item.outputs is not None:
+                answers.append(item.outputs)
+    if len(answers) != 1:
+        raise UnsupportedError(
+            f"model '{target.name}' is decoupled and sent {len(answers)} responses to a request "
+            "that takes one (an ensemble's step, or a Python model's exec() without "
+            "decoupled=True, which streams them): Convoy does not stream a decoupled step's "
+            "responses through an ensemble"
+        )
+    produced = answers[0]
+    if target.reshape is not None:
+        produced = target.reshape.to_config(produced)
+    # The model's own batcher counted its execution; the caller sees the whole wait as queue.
+    waited_ns = time.monotonic_ns() - started_ns
+    return RequestResult(produced, waited_ns, 0, 0, 0, max(batch_size, 1), target.name)
 
 
 def _inputs(target: Servable, arrays: Mapping[str, npt.NDArray[Any]]) -> list[InferInput]:
