@@ -4,6 +4,7 @@ StringUpper); a model without it, or with a library that cannot load, fails its 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,18 @@ import onnx
 import tritonclient.grpc as grpcclient
 from e2e_support import StartServer, infer_input
 from onnx import TensorProto, helper
-from onnxruntime_extensions import get_library_path
 
 from scripts import models
+
+
+def _library_path() -> str:
+    """onnxruntime-extensions' custom operator library, found without importing the package:
+    its import sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in the environment, which
+    every server this session starts afterwards would inherit."""
+    spec = importlib.util.find_spec("onnxruntime_extensions")
+    assert spec is not None and spec.origin is not None
+    (library,) = Path(spec.origin).parent.glob("_extensions_pydll*.so")
+    return str(library)
 
 
 def _upper() -> onnx.ModelProto:
@@ -44,7 +54,7 @@ def test_a_custom_operator_library_serves_its_operators(
 ) -> None:
     repo = tmp_path / "repo"
     for name, libraries in (
-        ("upper", [get_library_path()]),
+        ("upper", [_library_path()]),
         ("upper_without_library", []),
         ("upper_missing_library", [str(tmp_path / "libnothing.so")]),
     ):
