@@ -5,9 +5,10 @@ request's elements lie from the batch inputs the server adds (`batch_input`). An
 config scatters (`batch_output` BATCH_SCATTER_WITH_INPUT_SHAPE) goes back to each request in the
 shape of its source input; every other output is split by the requests' rows, as always.
 
-Triton describes each batch input per request (the first request's BATCH_ACCUMULATED_ELEMENT_COUNT
-_WITH_ZERO holds a leading 0, BATCH_MAX_ELEMENT_COUNT_AS_SHAPE is the first request's alone);
-the model sees the requests' parts end to end, and so it does here. A Python model receives each
+Triton describes each batch input per request (the first request's part of
+BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO holds a leading 0; BATCH_MAX_ELEMENT_COUNT_AS_SHAPE is
+the first request's part alone); the model sees the requests' parts end to end, and so it does
+here. A Python model receives each
 request apart, so it takes ragged inputs as they come and no batch inputs.
 """
 
