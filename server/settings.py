@@ -7,7 +7,7 @@ from enum import Enum
 
 from server.contract.logs import LogState
 from server.contract.settings import GrpcOptions, RestrictedProtocol, TraceSettings
-from server.core.repository import AutoComplete
+from server.core.repository import DEFAULT_BACKEND_DIRECTORY, AutoComplete
 
 # A batch of 32 FP32 images of 3x224x224 is 19 MiB; leave room for larger inputs and outputs.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -78,7 +78,7 @@ class ServerSettings:
     allow_client_shm: bool = True  # clients may register shared memory regions
     model_load_retries: int = 0  # a failed load is tried again this many times
     model_config_name: str | None = None  # configs/<name>.pbtxt instead of config.pbtxt
-    backend_directory: str = "/opt/tritonserver/backends"  # Python-based backends' model.py
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY  # Python-based backends' model.py
     metrics_interval_ms: int = 2000  # CPU and GPU samples are reused within this period
     summary_latencies: bool = False  # Triton's nv_inference_*_summary_us families
     summary_quantiles: tuple[tuple[float, float], ...] = ()  # (quantile, error); (): Triton's

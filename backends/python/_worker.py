@@ -235,8 +235,9 @@ class ModelServer:
                 f"requests and returned {len(returned)} responses"
             )
         payloads: list[Payload] = []
+        moved = set(rescheduled)
         for index, response in enumerate(returned):
-            if index not in rescheduled:
+            if index not in moved:
                 payloads.append(self._payload(response))
             elif response is None:
                 payloads.append(None)

@@ -3,6 +3,7 @@ caches, in the order of Triton's parser; then Convoy's own options."""
 
 from __future__ import annotations
 
+from server.core.repository import DEFAULT_BACKEND_DIRECTORY
 from server.options._option import Option, Support
 from server.options._values import (
     BOOL,
@@ -119,8 +120,8 @@ REPOSITORY = (
         FILE,
         "where Python-based backends are: `<directory>/<backend>/model.py`",
         SERVED,
-        "/opt/tritonserver/backends",
-        "/opt/tritonserver/backends",
+        DEFAULT_BACKEND_DIRECTORY,
+        DEFAULT_BACKEND_DIRECTORY,
         behaviour="Convoy's own backends are built in; a backend it does not serve runs as a "
         "Python-based one when its model.py is there",
     ),

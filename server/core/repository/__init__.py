@@ -7,7 +7,7 @@ from server.core.repository._autocomplete import (
     autocomplete,
     fill_identity,
 )
-from server.core.repository._backends import python_backend_file
+from server.core.repository._backends import DEFAULT_BACKEND_DIRECTORY, python_backend_file
 from server.core.repository._budget import (
     MemoryBudget,
     Resident,
@@ -29,6 +29,7 @@ from server.core.repository._validate import check_backend, check_ensemble, chec
 from server.core.repository._versions import is_version_name, list_versions, select_versions
 
 __all__ = [
+    "DEFAULT_BACKEND_DIRECTORY",
     "DEFAULT_MAX_BATCH_SIZE",
     "AutoComplete",
     "KeepAlive",

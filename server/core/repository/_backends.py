@@ -39,6 +39,8 @@ _log = logging.getLogger(__name__)
 # Instances a CPU group without a count runs: two for ONNX Runtime, one for the others (Triton).
 _ORT_DEFAULT_COUNT = 2
 _SERVED = (ONNX_BACKEND, PYTORCH_BACKEND, OPENVINO_BACKEND)  # the backends Convoy runs itself
+# Where Python-based backends are found unless --backend-directory says otherwise (Triton's).
+DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
 
 
 def detect_backend(config: mc.ModelConfig, path: Path) -> mc.ModelConfig:

@@ -176,12 +176,9 @@ class _Opening:
     shared: SharedArrays  # what a Python model's instances share (`pb_utils.shared_array`)
     metrics: CustomMetrics  # the server's custom metrics (`pb_utils.MetricFamily`)
     control: ModelControl  # the model loading API, for a Python model's threads
-    python: PythonSettings | None  # a Python model's, its environment resolved for the version
-
-    @property
-    def runs_python(self) -> bool:
-        """The Python backend runs it: a Python model, or one of a Python-based backend."""
-        return self.python is not None
+    # A Python model's (or a Python-based backend's), its environment resolved for the
+    # version; None: another backend runs it.
+    python: PythonSettings | None
 
 
 async def _build_version(
@@ -249,7 +246,7 @@ async def _new_version(
     config: mc.ModelConfig, source: VersionSource, opening: _Opening
 ) -> ModelVersion:
     started_s = time.monotonic()
-    python = opening.runs_python
+    python = opening.python is not None
     path, version, placements = opening.path, opening.version, opening.placements
     instances: list[Instance] = []
     ragged: RaggedPlan | None = None

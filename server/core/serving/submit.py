@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +29,7 @@ from server.contract.errors import InvalidInputError, UnsupportedError
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
 from server.core.cache import Lookup
-from server.core.serving.servable import Servable
+from server.core.serving.servable import Servable, Streamed
 
 CACHE_INSTANCE = "response cache"  # the instance a cache hit names (traces: no compute)
 
@@ -129,10 +129,7 @@ async def infer_on(
         return await submit(target, checked, batch_size, options)
     started_ns = time.monotonic_ns()
     answers: list[Mapping[str, Any]] = []
-    # Closing this stream closes the request's own at once (it ends the request).
-    async with contextlib.aclosing(
-        target.router.stream(target, checked, batch_size, options)
-    ) as items:
+    async with contextlib.aclosing(_streamed(target, checked, batch_size, options)) as items:
         async for item in items:
             if item.error is not None:
                 raise item.error
@@ -145,12 +142,28 @@ async def infer_on(
             "decoupled=True, which streams them): Convoy does not stream a decoupled step's "
             "responses through an ensemble"
         )
-    produced = answers[0]
-    if target.reshape is not None:
-        produced = target.reshape.to_config(produced)
     # The model's own batcher counted its execution; the caller sees the whole wait as queue.
     waited_ns = time.monotonic_ns() - started_ns
-    return RequestResult(produced, waited_ns, 0, 0, 0, max(batch_size, 1), target.name)
+    return RequestResult(answers[0], waited_ns, 0, 0, 0, max(batch_size, 1), target.name)
+
+
+async def _streamed(
+    target: Servable, checked: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
+) -> AsyncGenerator[Streamed, None]:
+    """Each response of a checked request to a decoupled version, its outputs in the config's
+    dims (with the response parameters the model set)."""
+    assert target.router is not None
+    # Closing this stream closes the request's own at once (it ends the request).
+    async with contextlib.aclosing(
+        target.router.stream(target, checked, batch_size, options)
+    ) as items:
+        async for item in items:
+            if item.outputs is not None and target.reshape is not None:
+                answered = response_parameters(item.outputs)
+                produced = target.reshape.to_config(item.outputs)
+                produced = produced if answered is None else Outputs(produced, answered)
+                item = replace(item, outputs=produced)
+            yield item
 
 
 def _inputs(target: Servable, arrays: Mapping[str, npt.NDArray[Any]]) -> list[InferInput]:
@@ -210,22 +223,14 @@ class _ModelCaller:
             yield _picked(result.outputs, outputs), None, True
             return
         checked, batch_size = check_request(target.io, _inputs(target, inputs), outputs)
-        # Closing this stream closes the request's own at once (it ends the request).
-        async with contextlib.aclosing(
-            target.router.stream(target, checked, batch_size, options)
-        ) as items:
+        async with contextlib.aclosing(_streamed(target, checked, batch_size, options)) as items:
             async for item in items:
                 if item.error is not None:
                     yield None, str(item.error), item.final
                 elif item.outputs is None:
                     yield None, None, item.final
                 else:
-                    produced: Mapping[str, Any] = item.outputs
-                    if target.reshape is not None:
-                        answered = response_parameters(produced)
-                        produced = target.reshape.to_config(produced)
-                        produced = produced if answered is None else Outputs(produced, answered)
-                    yield _picked(produced, outputs), None, item.final
+                    yield _picked(item.outputs, outputs), None, item.final
 
 
 def _call_options(parameters: dict[str, Any]) -> InferOptions:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from server.core.repository import AutoComplete
+from server.core.repository import DEFAULT_BACKEND_DIRECTORY, AutoComplete
 from server.tools._units import budget_bytes
 from server.tools.doctor._examined import DoctorSettings
 from server.tools.doctor._findings import has_errors
@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend-directory",
         type=Path,
-        default=Path("/opt/tritonserver/backends"),
+        default=Path(DEFAULT_BACKEND_DIRECTORY),
         help="where Python-based backends are, as convoy serve's flag (default "
-        "/opt/tritonserver/backends)",
+        f"{DEFAULT_BACKEND_DIRECTORY})",
     )
     parser.add_argument(
         "--disable-auto-complete-config",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proto import model_config_pb2 as mc
-from server.core.repository import AutoComplete
+from server.core.repository import DEFAULT_BACKEND_DIRECTORY, AutoComplete
 from server.tools.doctor._findings import Check, Finding, Severity
 
 
@@ -18,7 +18,7 @@ class DoctorSettings:
     measure: bool = True  # run a batch on one instance to time it (the queue delay check)
     completion: AutoComplete = field(default_factory=AutoComplete)  # as the server's flags
     # Where Python-based backends are found, as the server's --backend-directory.
-    backend_directory: Path | None = Path("/opt/tritonserver/backends")
+    backend_directory: Path | None = Path(DEFAULT_BACKEND_DIRECTORY)
 
 
 @dataclass(slots=True)
