@@ -200,10 +200,15 @@ class Unpickler(pickle.Unpickler):
 
 
 def write_message(
-    sock: socket.socket, message: object, ring: Ring | None = None, lease: int = LEASE_NONE
+    sock: socket.socket,
+    message: object,
+    ring: Ring | None = None,
+    lease: int = LEASE_NONE,
+    waited: Callable[[], None] | None = None,
 ) -> None:
     """Send `message`, its arrays in `ring` where they fit; `lease`: how long the receiver may
-    keep them there (the LEASE_* values)."""
+    keep them there (the LEASE_* values). On a socket whose sends time out (SO_SNDTIMEO),
+    `waited` is called each time one took nothing, and raises to give up."""
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(message)
@@ -218,7 +223,7 @@ def write_message(
     head = _HEADER.pack(len(raws), len(data), end, lease) + b"".join(
         _BUFFER.pack(raw.nbytes, offset + 1) for raw, offset in zip(raws, offsets, strict=True)
     )
-    _send_all(sock, [memoryview(head), memoryview(data), *inline])
+    _send_all(sock, [memoryview(head), memoryview(data), *inline], waited)
 
 
 def read_frame(
@@ -228,10 +233,10 @@ def read_frame(
     of it lies in the ring) and whether the sender leased them; buffers in the ring are views
     of it; the lease the sender gave. The caller chooses how to unpickle."""
     count, size, end, lease = _HEADER.unpack(read_exact(_HEADER.size))
-    descriptors = [_BUFFER.unpack(read_exact(_BUFFER.size)) for _ in range(count)]
-    data = read_exact(size)
+    rest = read_exact(count * _BUFFER.size + size)  # one read: the descriptors, then the pickle
+    data = rest[count * _BUFFER.size :]
     buffers: list[bytearray | memoryview] = []
-    for length, offset in descriptors:
+    for length, offset in _BUFFER.iter_unpack(memoryview(rest)[: count * _BUFFER.size]):
         if offset == 0:
             buffers.append(read_exact(length))
         elif ring is None:
@@ -253,9 +258,63 @@ def copied(
     return owned
 
 
-def _send_all(sock: socket.socket, parts: list[memoryview]) -> None:
+class Reader:
+    """A socket's bytes through a buffer of its own, so that a message usually takes one receive
+    (each receive from a worker's channel wakes a thread, and lets another take the GIL).
+
+    `receive_into(view)` fills some of `view` and answers how much (0: the other end closed);
+    the caller's function decides how to wait. Bytes read past a message stay for the next."""
+
+    def __init__(self, receive_into: Callable[[memoryview], int], size: int = 1 << 16) -> None:
+        self._receive_into = receive_into
+        self._buffer = bytearray(size)
+        self._start = self._end = 0  # the unread bytes: self._buffer[start:end]
+
+    def read_exact(self, size: int) -> bytearray:
+        if self._end - self._start < size:
+            self._fill(size)
+        if self._end - self._start >= size:
+            chunk = self._buffer[self._start : self._start + size]
+            self._start += size
+            return chunk
+        # Larger than the buffer: what it holds, then the rest straight into the result.
+        out = bytearray(size)
+        got = self._end - self._start
+        out[:got] = memoryview(self._buffer)[self._start : self._end]
+        self._start = self._end = 0
+        view = memoryview(out)
+        while got < size:
+            got += self._received(view[got:])
+        return out
+
+    def _fill(self, size: int) -> None:
+        """Read until `size` bytes are buffered, or the buffer holds all it can."""
+        unread = self._end - self._start
+        if self._start:  # move the unread bytes to the front
+            self._buffer[:unread] = self._buffer[self._start : self._end]
+            self._start, self._end = 0, unread
+        view = memoryview(self._buffer)
+        while self._end < min(size, len(self._buffer)):
+            self._end += self._received(view[self._end :])
+
+    def _received(self, view: memoryview) -> int:
+        count = self._receive_into(view)
+        if count == 0:
+            raise EOFError("the channel was closed")
+        return count
+
+
+def _send_all(
+    sock: socket.socket, parts: list[memoryview], waited: Callable[[], None] | None
+) -> None:
     while parts:
-        sent = sock.sendmsg(parts[:_MAX_PARTS])
+        try:
+            sent = sock.sendmsg(parts[:_MAX_PARTS])
+        except (BlockingIOError, TimeoutError):
+            if waited is None:
+                raise
+            waited()
+            continue
         while parts and sent >= parts[0].nbytes:
             sent -= parts[0].nbytes
             parts.pop(0)
@@ -269,6 +328,7 @@ class WorkerChannel:
 
     def __init__(self, sock: socket.socket, incoming: Ring, outgoing: Ring) -> None:
         self._sock = sock
+        self._reader = Reader(sock.recv_into)
         self._incoming = incoming
         self._outgoing = outgoing
         self._lock = threading.Lock()
@@ -286,7 +346,7 @@ class WorkerChannel:
             write_message(self._sock, message, self._outgoing)
 
     def receive(self) -> Any:
-        data, buffers, entry, lease = read_frame(self._read_exact, self._incoming)
+        data, buffers, entry, lease = read_frame(self._reader.read_exact, self._incoming)
         with self._lock:
             batch = self._executing if lease == LEASE_TO_BATCH else None
             if entry is None or (lease != LEASE_NEW_BATCH and batch is None):
@@ -322,17 +382,6 @@ class WorkerChannel:
         if batch is self._executing:
             self._executing = None
         return batch
-
-    def _read_exact(self, size: int) -> bytearray:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        got = 0
-        while got < size:
-            count = self._sock.recv_into(view[got:])
-            if count == 0:
-                raise EOFError("the server closed the channel")
-            got += count
-        return buffer
 
 
 @dataclass(slots=True)

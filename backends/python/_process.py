@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -30,6 +31,7 @@ from backends.python._frames import (
     LEASE_NONE,
     LEASE_TO_BATCH,
     RING_BYTES,
+    Reader,
     Ring,
     Unpickler,
     copied,
@@ -48,6 +50,9 @@ from backends.python._worker import (
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 _ASKS = (ASK_CANCEL, ASK_SERVER, ASK_UPDATE)
 _POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
+# The channel's sockets block, each call bounded by the kernel (SO_RCVTIMEO, SO_SNDTIMEO): one
+# system call per receive or send, where a Python timeout adds a poll and two fcntl calls.
+_POLL_TIMEVAL = struct.pack("ll", 0, int(_POLL_S * 1e6))
 # The messages whose arrays the worker may keep in shared memory until their batch is answered.
 _LEASES = {"execute": LEASE_NEW_BATCH, "called": LEASE_TO_BATCH}
 _EXIT_GRACE_S = 5.0  # after finalize, how long the worker may take to exit before it is killed
@@ -103,6 +108,10 @@ class WorkerProcess:
     ) -> None:
         self._process = process
         self._sock = sock
+        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+            sock.setsockopt(socket.SOL_SOCKET, option, _POLL_TIMEVAL)
+        self._reader = Reader(self._receive_into)
+        self._read_deadline_ns = 0  # the receive in progress gives up then
         # Sends have a socket object of their own (the same socket): the answers to a model's
         # calls are sent from other threads while one reads, each with its own timeout.
         self._sender = socket.socket(fileno=os.dup(sock.fileno()))
@@ -263,25 +272,23 @@ class WorkerProcess:
         return answer == b"1"
 
     def send(self, message: tuple[Any, ...], deadline_ns: int) -> None:
-        remaining_s = _remaining_s(deadline_ns)
-        if remaining_s <= 0:
-            raise WorkerFailure("did not take the request in time", timed_out=True)
+        _waited(deadline_ns)
         try:  # the socket may be closed under us: a watcher saw the worker end and restarts it
             lease = _LEASES.get(message[0], LEASE_NONE)
             with self._send_lock:
-                self._sender.settimeout(remaining_s)
-                write_message(self._sender, message, self._outgoing, lease)
-        except TimeoutError:
-            raise WorkerFailure("did not take the request in time", timed_out=True) from None
+                write_message(
+                    self._sender, message, self._outgoing, lease, lambda: _waited(deadline_ns)
+                )
         except OSError:
             raise self._lost() from None
 
     def receive(self, deadline_ns: int) -> tuple[Any, ...]:
+        self._read_deadline_ns = deadline_ns
         try:
-            data, buffers, entry, _ = read_frame(
-                lambda size: self._read_exact(size, deadline_ns), self._incoming
-            )
+            data, buffers, entry, _ = read_frame(self._reader.read_exact, self._incoming)
             buffers = copied(self._incoming, buffers, entry)
+        except EOFError:
+            raise self._lost() from None
         except ValueError as exc:  # a descriptor outside the ring
             raise WorkerFailure(f"sent a message the server cannot read ({exc})") from exc
         try:
@@ -338,28 +345,20 @@ class WorkerProcess:
         self._outgoing.close()
         self._incoming.close()
 
-    def _read_exact(self, size: int, deadline_ns: int) -> bytearray:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        got = 0
-        while got < size:
-            remaining_s = _remaining_s(deadline_ns)
-            if remaining_s <= 0:
+    def _receive_into(self, view: memoryview) -> int:
+        """Some bytes of the reply in progress (0: the worker closed the channel), within its
+        deadline; the socket may be closed under us, as in send."""
+        while True:
+            if _remaining_s(self._read_deadline_ns) <= 0:
                 raise WorkerFailure("did not answer in time", timed_out=True)
-            try:  # settimeout too: the socket may be closed under us, as in send
-                self._sock.settimeout(min(remaining_s, _POLL_S))
-                count = self._sock.recv_into(view[got:])
-            except TimeoutError:
+            try:
+                return self._sock.recv_into(view)
+            except (BlockingIOError, TimeoutError):  # SO_RCVTIMEO passed with nothing to read
                 # A process the model started may hold the socket open after the worker died.
                 if self._process.poll() is not None:
                     raise self._lost() from None
-                continue
             except OSError:
                 raise self._lost() from None
-            if count == 0:
-                raise self._lost()
-            got += count
-        return buffer
 
     def _lost(self) -> WorkerFailure:
         """Why the channel broke: almost always because the worker process ended."""
@@ -372,6 +371,13 @@ class WorkerProcess:
                 f"exited with code {code} ({signal.Signals(-code).name})", exit_code=code
             )
         return WorkerFailure(f"exited with code {code}", exit_code=code)
+
+
+def _waited(deadline_ns: int) -> None:
+    """A send that the worker has taken nothing of for a while: give up once past its
+    deadline."""
+    if _remaining_s(deadline_ns) <= 0:
+        raise WorkerFailure("did not take the request in time", timed_out=True)
 
 
 def _remaining_s(deadline_ns: int) -> float:

@@ -15,6 +15,7 @@ from backends.python._frames import (
     LEASE_NEW_BATCH,
     LEASE_NONE,
     LEASE_TO_BATCH,
+    Reader,
     Ring,
     Unpickler,
     WorkerChannel,
@@ -198,5 +199,37 @@ def test_a_bytes_tensor_travels_as_lengths_and_items_not_pickled_objects(
     assert received.tolist() == items.tolist()
     with pytest.raises(pickle.UnpicklingError, match=r"names posix\.system"):
         Unpickler(pickle.dumps(os.system), [], server_globals).load()
+    ring.close()
+    other.close()
+
+
+def test_the_reader_takes_messages_in_few_receives_and_keeps_what_follows(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    received: list[int] = []
+
+    def receive_into(view: memoryview) -> int:
+        count = pair[1].recv_into(view)
+        received.append(count)
+        return count
+
+    reader = Reader(receive_into, size=1024)
+    ring = Ring.create("test", SIZE)
+    messages = [("first", np.arange(3)), ("second", np.arange(100, 104))]
+    for message in messages:
+        write_message(pair[0], message, ring)
+    trailing = bytes(range(200)) * 15  # then 3,000 bytes, more than the reader's buffer
+    pair[0].sendall(trailing)
+    other = Ring(os.dup(ring.fd), ring.size)
+    for name, array in messages:
+        data, buffers, entry, _ = read_frame(reader.read_exact, other)
+        message = Unpickler(data, copied(other, buffers, entry)).load()
+        assert message[0] == name and message[1].tolist() == array.tolist()
+    assert len(received) == 1  # both messages came in the first receive
+    assert reader.read_exact(10) == trailing[:10]
+    assert reader.read_exact(2990) == trailing[10:]
+    pair[0].close()
+    with pytest.raises(EOFError):
+        reader.read_exact(1)
     ring.close()
     other.close()
