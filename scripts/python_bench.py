@@ -14,9 +14,10 @@ runs, unbounded, on cores the server needs; Convoy's own backend bounds the spin
 each front end and concurrency, perf_analyzer (`-b 1 -s 999`, three windows) measures the
 systems in the order A B C D D C B A, and each row is the mean of its two runs: infer/s, p50,
 and the server's CPU per request (its process tree, python workers and Triton's stubs included,
-from /proc). The ratios are CPU per request over the ONNX backend's in the same run (the target
-for the python models is 1.15) and infer/s over Triton's (target 0.8). Triton runs on a fresh
-server per front end, since Triton 2.51 here crashes now and then.
+from /proc), and for Convoy the part of it that the model's worker processes spent. The ratios
+are CPU per request over the ONNX backend's in the same run (the target for the python models
+is 1.15) and infer/s over Triton's (target 0.8). Triton runs on a fresh server per front end,
+since Triton 2.51 here crashes now and then.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import contextlib
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,7 +45,10 @@ ONNX_MODEL = "mlp_on"  # Convoy's ONNX Runtime backend
 PYTHON_MODELS = ("mlp_python", "mlp_python_in_process")
 IN_PROCESS = 'parameters { key: "convoy_in_process" value: { string_value: "true" } }\n'
 TRITON = "triton"  # its rows' name: Triton 2.51 live serving the same model.py
-Means = dict[str, tuple[float, float, float] | None]  # system -> infer/s, p50 us, CPU us/request
+# system -> infer/s, p50 us, CPU us per request, of it the model's worker processes' (the server's
+# children; 0 for a model in the server's process, None for Triton)
+Mean = tuple[float, float, float, float | None]
+Means = dict[str, Mean | None]
 Row = tuple[str, int, Means]  # front end, concurrency, each system's means
 
 
@@ -69,15 +74,21 @@ def _framework(one_thread: bool) -> str:
     return "onnxruntime-one-thread" if one_thread else "onnxruntime"
 
 
-def mean_of(runs: Sequence[Run]) -> tuple[float, float, float] | None:
-    """infer/s, p50 us and CPU us per request, averaged over the runs that measured."""
-    measured = [(r.measured, r.server_cpu) for r in runs if r.measured is not None]
+def mean_of(runs: Sequence[tuple[Run, float | None]]) -> Mean | None:
+    """infer/s, p50 us, CPU us per request and the workers' part of it, averaged over the runs
+    that measured; each run comes with the CPU share of the server's own process (None: not
+    measured)."""
+    measured = [(r.measured, r.server_cpu, own) for r, own in runs if r.measured is not None]
     if not measured:
         return None
-    rate = sum(m.infer_per_s for m, _ in measured) / len(measured)
-    p50_us = sum(m.p50_ms for m, _ in measured) / len(measured) * 1000
-    cpu_us = sum(cpu / m.infer_per_s * 1e6 for m, cpu in measured) / len(measured)
-    return rate, p50_us, cpu_us
+    count = len(measured)
+    rate = sum(m.infer_per_s for m, _, _ in measured) / count
+    p50_us = sum(m.p50_ms for m, _, _ in measured) / count * 1000
+    cpu_us = sum(cpu / m.infer_per_s * 1e6 for m, cpu, _ in measured) / count
+    if any(own is None for _, _, own in measured):
+        return rate, p50_us, cpu_us, None
+    worker_us = sum((cpu - own) / m.infer_per_s * 1e6 for m, cpu, own in measured) / count
+    return rate, p50_us, cpu_us, max(0.0, worker_us)
 
 
 def measure(
@@ -90,7 +101,7 @@ def measure(
     input_data: Path | None = None,
 ) -> Means:
     """Each system at concurrency `c`, in the order A B C D D C B A; each one's mean."""
-    runs: dict[str, list[Run]] = {name: [] for name in names}
+    runs: dict[str, list[tuple[Run, float | None]]] = {name: [] for name in names}
     for name in (*names, *reversed(names)):
         server_pid, server_ports, model = where[name]
         port = server_ports[1] if front_end == "http" else server_ports[0]
@@ -98,10 +109,14 @@ def measure(
         csv_path.unlink(missing_ok=True)
         url = f"127.0.0.1:{port}"
         meter = CpuMeter(server_pid)
+        own_s, wall_s = meter.own_seconds(), time.monotonic()
         run = run_perf_analyzer(
             url, model, c, window_ms, csv_path, front_end, meter, input_data=input_data
         )
-        runs[name].append(run)
+        own = (
+            None if name == TRITON else (meter.own_seconds() - own_s) / (time.monotonic() - wall_s)
+        )
+        runs[name].append((run, own))
     return {name: mean_of(runs[name]) for name in names}
 
 
@@ -162,23 +177,24 @@ def _start_triton(
 def _print_table(names: Sequence[str], rows: Sequence[Row]) -> None:
     print()
     print(
-        "| front end | c | model | infer/s | p50 us | CPU us/request | CPU / ONNX backend's "
-        "| infer/s / Triton's |"
+        "| front end | c | model | infer/s | p50 us | CPU us/request | of it, worker processes "
+        "| CPU / ONNX backend's | infer/s / Triton's |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for front_end, c, means in rows:
         onnx_mean, triton = means[ONNX_MODEL], means.get(TRITON)
         for name in names:
             mean = means[name]
             if mean is None:
-                print(f"| {front_end} | {c} | {name} | - | - | - | - | - |")
+                print(f"| {front_end} | {c} | {name} | - | - | - | - | - | - |")
                 continue
-            rate, p50_us, cpu_us = mean
+            rate, p50_us, cpu_us, worker_us = mean
+            workers = "-" if worker_us is None else f"{worker_us:,.0f}"
             ratio = f"{cpu_us / onnx_mean[2]:.2f}" if onnx_mean else "-"
             against = f"{rate / triton[0]:.2f}" if triton else "-"
             print(
                 f"| {front_end} | {c} | {name} | {rate:,.0f} | {p50_us:,.0f} | {cpu_us:,.0f} "
-                f"| {ratio} | {against} |"
+                f"| {workers} | {ratio} | {against} |"
             )
 
 

@@ -1,20 +1,25 @@
 """What a python model's worker channel costs per batch, with its arrays in shared memory (the
 default) against the same framing with every array on the socket, in one run.
 
-Usage: python scripts/python_channel_bench.py [--sizes-kib 4,1024,16384] [--seconds 2]
+Usage: python scripts/python_channel_bench.py [--sizes-kib 4,1024,16384] [--requests 1]
+                                              [--seconds 2]
 
 An identity model.py (Y = X, FP32) runs in a worker process, as the python backend starts it;
-this process plays the server's side of the channel: it sends execute messages with one input
-of each size and reads the answer, back to back, for `--seconds` per case. Each case is measured
+this process plays the server's side of the channel: it sends execute messages of `--requests`
+requests, each with one input of each size, and reads the answer, back to back, for `--seconds`
+per case. Each case is measured
 twice, A B B A. It prints each case's round trip and the CPU both processes spent per batch (this
 process's from `time.process_time`, the worker's from /proc), then the ratio of the socket's to
-the ring's. Only the channel is measured: no front end, no batcher.
+the ring's. Only the channel is measured: no front end, no batcher. First it prints the floor
+under any such channel: a byte bounced between two processes over a socket pair, each free to
+run on any core and then both pinned to one core.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -50,7 +55,7 @@ def _worker_cpu_s(pid: int) -> float:
 
 
 def _measure(
-    model_dir: Path, ring_bytes: int, array: np.ndarray, seconds: float
+    model_dir: Path, ring_bytes: int, array: np.ndarray, requests: int, seconds: float
 ) -> tuple[float, float]:
     """Round trip (us) and both processes' CPU per batch (us)."""
     spec = {
@@ -67,13 +72,15 @@ def _measure(
     worker = WorkerProcess.start(spec, deadline_ns, answers, ring_bytes)
     try:
         pid = worker._process.pid
+        # One array per request, as a batch holds: the same array twice would be pickled once.
+        arrays = [array.copy() for _ in range(requests)]
         for batch in range(20):  # warm: the ring's pages, the worker's imports
-            _round_trip(worker, batch, array, deadline_ns)
+            _round_trip(worker, batch, arrays, deadline_ns)
         count = 0
         cpu_start = time.process_time() + _worker_cpu_s(pid)
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            _round_trip(worker, 100 + count, array, deadline_ns)
+            _round_trip(worker, 100 + count, arrays, deadline_ns)
             count += 1
         wall = time.perf_counter() - start
         cpu = time.process_time() + _worker_cpu_s(pid) - cpu_start
@@ -82,19 +89,59 @@ def _measure(
     return wall / count * 1e6, cpu / count * 1e6
 
 
-def _round_trip(worker: WorkerProcess, batch: int, array: np.ndarray, deadline_ns: int) -> None:
-    worker.send(("execute", batch, [{"X": array}], ["Y"], [{}]), deadline_ns)
+def _round_trip(
+    worker: WorkerProcess, batch: int, arrays: list[np.ndarray], deadline_ns: int
+) -> None:
+    inputs = [{"X": array} for array in arrays]
+    worker.send(("execute", batch, inputs, ["Y"], [{} for _ in inputs]), deadline_ns)
     reply = next(worker.replies(batch, deadline_ns))
-    if reply[0] != "done" or reply[2][0]["Y"].nbytes != array.nbytes:
+    if reply[0] != "done" or [p["Y"].nbytes for p in reply[2]] != [a.nbytes for a in arrays]:
         raise RuntimeError(f"unexpected reply {reply[0]!r}")
+
+
+def _ping_pong(seconds: float, cpu: int | None) -> tuple[float, float]:
+    """A byte sent back and forth between this process and a child over a socket pair: the
+    round trip and both processes' CPU per round trip (us); `cpu`: pin both to that core."""
+    ours, theirs = socket.socketpair()
+    trips = max(1000, int(seconds * 20_000))
+    pid = os.fork()
+    if pid == 0:  # the child answers each byte, then exits
+        ours.close()
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        for _ in range(trips):
+            theirs.recv(1)
+            theirs.send(b"y")
+        os._exit(0)
+    theirs.close()
+    affinity = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        cpu_start, start = time.process_time(), time.perf_counter()
+        for _ in range(trips):
+            ours.send(b"x")
+            ours.recv(1)
+        wall, own_cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    finally:
+        os.sched_setaffinity(0, affinity)
+        ours.close()
+    usage = os.wait4(pid, 0)[2]
+    return wall / trips * 1e6, (own_cpu + usage.ru_utime + usage.ru_stime) / trips * 1e6
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-kib", default="4,1024,16384")
+    parser.add_argument("--requests", type=int, default=1, help="requests per batch")
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args()
     ways = {"ring": RING_BYTES, "socket": _SOCKET_ONLY_BYTES}
+    for where, cpu in (("any core", None), ("one core", min(os.sched_getaffinity(0)))):
+        trip, both = _ping_pong(args.seconds, cpu)
+        print(
+            f"a byte between two processes, {where}: round trip {trip:,.1f} us, CPU {both:,.1f} us"
+        )
     with tempfile.TemporaryDirectory(prefix="convoy-channel-") as root:
         model_dir = Path(root) / "identity"
         (model_dir / "1").mkdir(parents=True)
@@ -104,7 +151,7 @@ def main() -> int:
             array = np.random.default_rng(0).random(kib * 256, dtype=np.float32)
             runs: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
             for way in ("ring", "socket", "socket", "ring"):  # A B B A
-                runs[way].append(_measure(model_dir, ways[way], array, args.seconds))
+                runs[way].append(_measure(model_dir, ways[way], array, args.requests, args.seconds))
             for way, results in runs.items():
                 trips = " / ".join(f"{trip:,.0f}" for trip, _ in results)
                 cpus = " / ".join(f"{cpu:,.0f}" for _, cpu in results)

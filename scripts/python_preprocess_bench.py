@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if mean is None:
                 print(f"| {front_end} | {c} | {name} | - | - | - | - |")
                 continue
-            rate, p50_us, cpu_us = mean
+            rate, p50_us, cpu_us, _ = mean
             against = f"{rate / triton[0]:.2f}" if triton else "-"
             print(
                 f"| {front_end} | {c} | {name} | {rate:,.1f} | {p50_us / 1000:,.1f} "
