@@ -20,6 +20,7 @@ from server.contract.logs import LogControl
 from server.contract.settings import FrontEndSettings
 from server.core.cache import open_cache, parse_cache_config
 from server.core.engine import Engine
+from server.core.heap import HeapFreezer
 from server.core.local import LocalCore
 from server.core.metrics import MetricsOptions, MetricsServer, StatsCollector
 from server.core.observability import RequestTracer
@@ -105,6 +106,8 @@ class App:
         self.http_port = settings.http_port
         self._front_end: FrontEnd | None = None
         self._workers: WorkerPool | None = None
+        # Frozen once serving, again after the loaded models change (`server.core.heap`).
+        self._heap = HeapFreezer(lambda: self.repository.changes)
         self._reserved: list[socket.socket] = []
 
     async def start(self) -> None:
@@ -160,6 +163,7 @@ class App:
             f", HTTP on :{self.http_port}" if settings.allow_http else "",
             f" ({workers} front-end workers)" if workers else "",
         )
+        self._heap.start()
 
     async def _start_workers(self, core: LocalCore) -> None:
         """Front ends in worker processes on shared ports; the ports are held here first, so
@@ -207,6 +211,7 @@ class App:
         forced = force or asyncio.Event()
         if self._keep_alive is not None:
             await self._keep_alive.stop()
+        await self._heap.stop()
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):

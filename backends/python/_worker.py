@@ -37,6 +37,7 @@ answers b"1" (ready) or b"0".
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import inspect
 import itertools
@@ -651,6 +652,10 @@ def main(argv: list[str]) -> int:
         threading.Thread(
             target=_serve_readiness, args=(readiness, server), name="convoy-readiness", daemon=True
         ).start()
+    # What initialize loaded lives as long as the worker: leave it out of the garbage
+    # collector's full passes, which would otherwise walk the model's objects again and again.
+    gc.collect()
+    gc.freeze()
     channel.send(("ready", server.checks_readiness))
     server.serve()
     return 0

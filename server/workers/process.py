@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import gc
 import logging
 import signal
 import socket
@@ -74,6 +75,10 @@ async def _serve(args: argparse.Namespace) -> int:
     draining: list[asyncio.Task[None]] = []  # held until it is done
     client.on_stopping = lambda: draining.append(loop.create_task(front_end.drain()))
     client.ready(front_end.grpc_port, front_end.http_port)
+    # What the worker holds from now on lives as long as it does: leave it out of the garbage
+    # collector's passes (gRPC's calls keep them frequent; see server.core.heap).
+    gc.collect()
+    gc.freeze()
     stop = loop.create_future()
     loop.add_signal_handler(signal.SIGTERM, _set_once, stop)
     await asyncio.wait({stop, client.lost}, return_when=asyncio.FIRST_COMPLETED)

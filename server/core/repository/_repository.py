@@ -87,12 +87,19 @@ class Repository:
         self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
         self._draining: set[asyncio.Task[None]] = set()
         self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
+        self._changes = 0  # see `changes`
         # The families Python models register (`pb_utils.MetricFamily`), for the metrics page.
         self.custom_metrics = CustomMetrics()
         # A Python model's model loading API loads and unloads only in explicit mode, as the
         # repository API does.
         loading = functools.partial(model_loading.answer, self, explicit_model_control)
         self._peers = Peers(self._ready_config, self.get, self.custom_metrics, loading)
+
+    @property
+    def changes(self) -> int:
+        """How many times the loaded models have changed: a load put versions in service, or
+        an unloaded or replaced version finished unloading."""
+        return self._changes
 
     def scan(self) -> dict[str, Path]:
         """Every model directory of every repository; a name in two repositories is an error.
@@ -228,6 +235,7 @@ class Repository:
         entry.stamp, entry.failed_stamp = stamp, ()
         entry.loaded_ms, entry.evicted = time.time_ns() // 1_000_000, False
         entry.idle_unloaded = False
+        self._changes += 1
         self._retire(replaced)
         if entry.config is not None and not self._requests_classified:
             _warn_unclassified(entry.config)
@@ -347,7 +355,7 @@ class Repository:
         entry.ready = {}
         entry.evicted = True
         entry.statuses = [VersionStatus(v, ModelState.UNAVAILABLE, reason) for v in sorted(old)]
-        await asyncio.gather(*(unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
+        await asyncio.gather(*(self._unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
 
     async def ensure_loaded(self, name: str) -> None:
         """Load an evicted model again on demand (once, however many requests ask)."""
@@ -393,7 +401,7 @@ class Repository:
             old = entry.ready
             entry.ready = {}
             entry.statuses = [VersionStatus(v, ModelState.UNLOADING) for v in sorted(old)]
-            await asyncio.gather(*(unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
+            await asyncio.gather(*(self._unload_version(v, DRAIN_TIMEOUT_S) for v in old.values()))
             entry.statuses = [
                 VersionStatus(v, ModelState.UNAVAILABLE, UNLOADED) for v in sorted(old)
             ]
@@ -419,7 +427,7 @@ class Repository:
         versions = [v for entry in self._models.values() for v in entry.ready.values()]
         for entry in self._models.values():
             entry.ready = {}
-        await asyncio.gather(*(unload_version(v, timeout_s) for v in versions))
+        await asyncio.gather(*(self._unload_version(v, timeout_s) for v in versions))
         await asyncio.gather(*self._draining)
 
     def entries(self) -> list[ModelEntry]:
@@ -514,10 +522,16 @@ class Repository:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
+    async def _unload_version(self, version: ModelVersion, timeout_s: float) -> None:
+        try:
+            await unload_version(version, timeout_s)
+        finally:
+            self._changes += 1
+
     def _retire(self, versions: Iterable[ModelVersion]) -> None:
         """Drain and close replaced versions in the background."""
         for version in versions:
-            task = asyncio.create_task(unload_version(version, DRAIN_TIMEOUT_S))
+            task = asyncio.create_task(self._unload_version(version, DRAIN_TIMEOUT_S))
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
 
