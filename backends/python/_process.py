@@ -113,7 +113,7 @@ class WorkerProcess:
         self._reader = Reader(self._receive_into)
         self._read_deadline_ns = 0  # the receive in progress gives up then
         # Sends have a socket object of their own (the same socket): the answers to a model's
-        # calls are sent from other threads while one reads, each with its own timeout.
+        # calls are sent from other threads while one reads, each within its own deadline.
         self._sender = socket.socket(fileno=os.dup(sock.fileno()))
         self._send_lock = threading.Lock()
         self._outgoing = outgoing  # the worker's inputs: an execute message's stay leased
@@ -347,7 +347,7 @@ class WorkerProcess:
 
     def _receive_into(self, view: memoryview) -> int:
         """Some bytes of the reply in progress (0: the worker closed the channel), within its
-        deadline; the socket may be closed under us, as in send."""
+        deadline (checked every _POLL_S); the socket may be closed under us, as in send."""
         while True:
             if _remaining_s(self._read_deadline_ns) <= 0:
                 raise WorkerFailure("did not answer in time", timed_out=True)
