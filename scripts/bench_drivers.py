@@ -85,8 +85,7 @@ def tree_cpu_ticks(stats: Mapping[int, str], root: int) -> int:
     parent: dict[int, int] = {}
     ticks: dict[int, int] = {}
     for pid, line in stats.items():
-        # The command name, in parentheses, may hold spaces: fields count from after it.
-        fields = line[line.rindex(")") + 2 :].split()
+        fields = _stat_fields(line)
         parent[pid] = int(fields[1])
         ticks[pid] = sum(int(x) for x in fields[11:15])
     children: dict[int, list[int]] = {}
@@ -98,6 +97,12 @@ def tree_cpu_ticks(stats: Mapping[int, str], root: int) -> int:
         total += ticks[pid]
         todo.extend(children.get(pid, []))
     return total
+
+
+def _stat_fields(line: str) -> list[str]:
+    """A /proc/<pid>/stat line's fields after the command name, which, in parentheses, may hold
+    spaces: field 1 is the parent's pid, 11 and 12 the process's user and system ticks."""
+    return line[line.rindex(")") + 2 :].split()
 
 
 def _proc_stats() -> dict[int, str]:
@@ -121,8 +126,7 @@ class CpuMeter:
 
     def own_seconds(self) -> float:
         """The CPU time of the root process alone, its workers left out."""
-        line = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
-        fields = line[line.rindex(")") + 2 :].split()
+        fields = _stat_fields(Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii"))
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
