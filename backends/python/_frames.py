@@ -48,6 +48,9 @@ _HEADER = struct.Struct("<IQQB")  # buffer count, pickle length, ring end, lease
 LEASE_NONE, LEASE_NEW_BATCH, LEASE_TO_BATCH = 0, 1, 2
 _BUFFER = struct.Struct("<QQ")  # one buffer's length, its ring offset + 1 (0: inline)
 _MAX_PARTS = 512  # buffers per sendmsg, well under the kernel's IOV_MAX
+# Tensors up to this size travel stacked with their batch-mates' (`stack_rows`): below it, an
+# array's own cost on the channel outweighs copying it once more.
+_STACKED_BYTES = 16 << 10
 
 
 # This module's name in a worker (loaded by path) and in the server: a pickle names
@@ -159,6 +162,72 @@ def bytes_tensor(shape: tuple[int, ...], lengths: Any, data: Any) -> np.ndarray:
     items = np.empty(len(ends), dtype=object)
     items[:] = [blob[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
     return items.reshape(shape)
+
+
+Stacked = tuple[list[str], list[np.ndarray], list[list[int]]]  # names, arrays, rows per map
+
+
+def stack_rows(maps: list[Any]) -> list[Any] | Stacked:
+    """A batch's tensor maps (an execute message's inputs, a "done" message's outputs) as one
+    array per name, each map's rows one after the other, when every map is a dict of the same
+    names and each name's arrays are small, of one dtype (not objects) and one shape past the
+    first axis; otherwise `maps` as they are. Each array of a message costs both ends a few
+    microseconds (pickled, placed in the ring, rebuilt), so a batch of small tensors travels
+    as a few arrays instead of one per request; a large one would only be copied once more."""
+    if len(maps) < 2 or type(maps[0]) is not dict or not maps[0]:
+        return maps
+    names = list(maps[0])
+    columns: list[list[np.ndarray]] = [[] for _ in names]
+    for tensors in maps:
+        if type(tensors) is not dict or tensors.keys() != maps[0].keys():
+            return maps
+        for column, name in zip(columns, names, strict=True):
+            column.append(tensors[name])
+    for column in columns:
+        first = column[0]
+        if type(first) is not np.ndarray or first.dtype == object or first.ndim == 0:
+            return maps
+        tail = first.shape[1:]
+        for array in column:
+            if (
+                type(array) is not np.ndarray
+                or array.nbytes > _STACKED_BYTES
+                or array.dtype != first.dtype
+                or array.shape[1:] != tail
+            ):
+                return maps
+    rows = [[array.shape[0] for array in column] for column in columns]
+    return names, [np.concatenate(column) for column in columns], rows
+
+
+def unstack_rows(stacked: Any) -> list[dict[str, np.ndarray]]:
+    """`stack_rows`' arrays back into one map per request, each array a view of its rows;
+    ValueError when `stacked` is not what `stack_rows` makes (the server reads a worker's)."""
+    if type(stacked) is not tuple or len(stacked) != 3:
+        raise ValueError("stacked tensors are not (names, arrays, rows)")
+    names, arrays, rows = stacked
+    if not (type(names) is list and type(arrays) is list and type(rows) is list) or not (
+        len(names) == len(arrays) == len(rows) > 0
+    ):
+        raise ValueError("stacked tensors' names, arrays and rows differ in number")
+    count = len(rows[0]) if type(rows[0]) is list else -1
+    maps: list[dict[str, np.ndarray]] = [{} for _ in range(max(count, 0))]
+    for name, array, counts in zip(names, arrays, rows, strict=True):
+        if (
+            type(name) is not str
+            or type(array) is not np.ndarray
+            or array.ndim == 0
+            or type(counts) is not list
+            or len(counts) != count
+            or any(type(n) is not int or n < 0 for n in counts)
+            or sum(counts) != array.shape[0]
+        ):
+            raise ValueError(f"stacked tensor '{name}' does not match its rows")
+        start = 0
+        for tensors, n in zip(maps, counts, strict=True):
+            tensors[name] = array[start : start + n]
+            start += n
+    return maps
 
 
 class _Pickler(pickle.Pickler):
@@ -343,6 +412,8 @@ class WorkerChannel:
                 # and the send has read the outputs (which may be the inputs) by then.
                 for entry in batch.entries:
                     self._incoming.release(entry)
+            if type(message) is tuple and message[0] == "done" and type(message[2]) is list:
+                message = (*message[:2], stack_rows(message[2]), *message[3:])
             write_message(self._sock, message, self._outgoing)
 
     def receive(self) -> Any:
@@ -353,6 +424,8 @@ class WorkerChannel:
                 buffers = copied(self._incoming, buffers, entry)
                 entry = None
             message = Unpickler(data, buffers).load()
+            if message[0] == "execute" and type(message[2]) is tuple:
+                message = (*message[:2], unstack_rows(message[2]), *message[3:])
             if entry is not None and lease == LEASE_NEW_BATCH:
                 self._executing = self._batches[message[1]] = _Batch([entry], len(message[2]))
             elif entry is not None and batch is not None:

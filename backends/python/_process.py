@@ -36,6 +36,8 @@ from backends.python._frames import (
     Unpickler,
     copied,
     read_frame,
+    stack_rows,
+    unstack_rows,
     write_message,
 )
 from backends.python._worker import (
@@ -275,6 +277,8 @@ class WorkerProcess:
         _waited(deadline_ns)
         try:  # the socket may be closed under us: a watcher saw the worker end and restarts it
             lease = _LEASES.get(message[0], LEASE_NONE)
+            if message[0] == "execute":
+                message = (*message[:2], stack_rows(message[2]), *message[3:])
             with self._send_lock:
                 write_message(
                     self._sender, message, self._outgoing, lease, lambda: _waited(deadline_ns)
@@ -297,6 +301,11 @@ class WorkerProcess:
             raise WorkerFailure(f"sent a message the server cannot read ({exc})") from exc
         if not isinstance(message, tuple) or not message:
             raise WorkerFailure(f"sent a malformed message ({type(message).__name__})")
+        if message[0] == "done" and len(message) > 2 and type(message[2]) is tuple:
+            try:
+                message = (*message[:2], unstack_rows(message[2]), *message[3:])
+            except ValueError as exc:
+                raise WorkerFailure(f"sent a malformed message ({exc})") from None
         return message
 
     def replies(self, batch: int, deadline_ns: int) -> Iterator[tuple[Any, ...]]:

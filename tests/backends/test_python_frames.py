@@ -21,6 +21,8 @@ from backends.python._frames import (
     WorkerChannel,
     copied,
     read_frame,
+    stack_rows,
+    unstack_rows,
     write_message,
 )
 
@@ -233,3 +235,73 @@ def test_the_reader_takes_messages_in_few_receives_and_keeps_what_follows(
         reader.read_exact(1)
     ring.close()
     other.close()
+
+
+def test_a_batch_of_small_tensors_travels_as_one_array_per_name(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    to_worker = Ring.create("in", 1 << 20)
+    to_server = Ring.create("out", 1 << 20)
+    incoming = Ring(os.dup(to_worker.fd), to_worker.size)
+    channel = WorkerChannel(pair[1], incoming, to_server)
+    inputs = [
+        {"X": np.full((rows, 4), rows, dtype=np.float32), "ID": np.arange(rows)}
+        for rows in (1, 3, 2)
+    ]
+    stacked = stack_rows(inputs)
+    assert isinstance(stacked, tuple)  # three arrays of X became one
+    execute = ("execute", 5, stacked, ["Y"], [{}, {}, {}])
+    write_message(pair[0], execute, to_worker, LEASE_NEW_BATCH)
+    message = channel.receive()
+    assert [request["X"].shape for request in message[2]] == [(1, 4), (3, 4), (2, 4)]
+    assert [request["X"][0, 0] for request in message[2]] == [1, 3, 2]
+    assert [request["ID"].tolist() for request in message[2]] == [[0], [0, 1, 2], [0, 1]]
+    assert all(request["X"].flags.writeable for request in message[2])  # the model's to write
+    assert message[2][1]["X"].base is not None  # a view of the ring, not a copy
+    outputs = [{"Y": request["X"] * 2} for request in message[2]]
+    channel.send(("done", 5, outputs, 1, []))
+    read_exact = _reader(pair[0])
+    server_ring = Ring(os.dup(to_server.fd), to_server.size)
+    data, buffers, entry, _ = read_frame(read_exact, server_ring)
+    assert len(buffers) == 1  # the three answers' Y in one buffer
+    done = pickle.loads(data, buffers=copied(server_ring, buffers, entry))
+    answers = unstack_rows(done[2])
+    assert [answer["Y"][:, 0].tolist() for answer in answers] == [[2], [6, 6, 6], [4, 4]]
+    for ring in (to_worker, to_server, server_ring, incoming):
+        ring.close()
+
+
+@pytest.mark.parametrize(
+    "maps",
+    [
+        [{"X": np.ones(2)}],  # one request: nothing to gain
+        [{"X": np.ones(2)}, {"Y": np.ones(2)}],  # other names
+        [{"X": np.ones(2)}, {"X": np.ones(2, dtype=np.int8)}],  # other dtypes
+        [{"X": np.ones((1, 2))}, {"X": np.ones((1, 3))}],  # other shapes past the first axis
+        [{"X": np.ones(2)}, {"X": np.ones(5000)}],  # a large array: copied once more for nothing
+        [{"X": np.array([b"a"], dtype=object)}, {"X": np.array([b"b"], dtype=object)}],  # BYTES
+        [{"X": np.float32(1)}, {"X": np.float32(2)}],  # no first axis
+        [{"X": np.ones(2)}, "the model's error"],  # not every answer holds tensors
+        [({"X": np.ones(2)}, '{"p": 1}'), ({"X": np.ones(2)}, '{"p": 1}')],  # with parameters
+    ],
+)
+def test_tensors_that_cannot_stack_travel_as_they_are(maps: list[object]) -> None:
+    assert stack_rows(maps) is maps
+
+
+@pytest.mark.parametrize(
+    "stacked",
+    [
+        (["X"], [np.ones(3)], [[1, 1]]),  # rows that do not add up to the array's
+        (["X"], [np.ones(3)], [[1, -1, 3]]),
+        (["X", "Y"], [np.ones(3), np.ones(3)], [[3], [1, 2]]),  # requests that differ in number
+        (["X"], [[1.0, 2.0]], [[1, 1]]),  # not an array
+        (["X"], [np.float64(1.0)], [[1]]),
+        ([1], [np.ones(1)], [[1]]),
+        (["X"], [np.ones(1)]),
+        [["X"], [np.ones(1)], [[1]]],
+    ],
+)
+def test_stacked_tensors_that_do_not_add_up_are_refused(stacked: object) -> None:
+    with pytest.raises(ValueError, match="stacked tensor"):
+        unstack_rows(stacked)
