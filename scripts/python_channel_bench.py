@@ -31,7 +31,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.python._frames import RING_BYTES
+from backends.python._instance import worker_spec
 from backends.python._process import AskAnswers, WorkerProcess
+from proto import model_config_pb2 as mc
 
 MODEL_PY = """
 import triton_python_backend_utils as pb_utils
@@ -58,20 +60,12 @@ def _measure(
     model_dir: Path, ring_bytes: int, array: np.ndarray, requests: int, seconds: float
 ) -> tuple[float, float]:
     """Round trip (us) and both processes' CPU per batch (us)."""
-    spec = {
-        "model_path": str(model_dir / "1" / "model.py"),
-        "model_name": "identity",
-        "instance_name": "identity_0",
-        "version": 1,
-        "decoupled": False,
-        "iterative": False,
-        "args": {"model_config": "{}", "model_name": "identity", "model_version": "1"},
-    }
+    spec = worker_spec("identity_0", model_dir, 1, mc.ModelConfig(name="identity"))
     deadline_ns = time.monotonic_ns() + 60 * 10**9
     answers = AskAnswers(lambda batch, index: False, lambda request: {"error": "none kept"})
     worker = WorkerProcess.start(spec, deadline_ns, answers, ring_bytes)
     try:
-        pid = worker._process.pid
+        pid = worker.pid
         # One array per request, as a batch holds: the same array twice would be pickled once.
         arrays = [array.copy() for _ in range(requests)]
         for batch in range(20):  # warm: the ring's pages, the worker's imports

@@ -164,6 +164,7 @@ def bytes_tensor(shape: tuple[int, ...], lengths: Any, data: Any) -> np.ndarray:
     return items.reshape(shape)
 
 
+Parts = list[memoryview]  # a message's bytes to send, in order
 Stacked = tuple[list[str], list[np.ndarray], list[list[int]]]  # names, arrays, rows per map
 
 
@@ -278,6 +279,12 @@ def write_message(
     """Send `message`, its arrays in `ring` where they fit; `lease`: how long the receiver may
     keep them there (the LEASE_* values). On a socket whose sends time out (SO_SNDTIMEO),
     `waited` is called each time one took nothing, and raises to give up."""
+    _send_all(sock, encode_message(message, ring, lease), waited)
+
+
+def encode_message(message: object, ring: Ring | None = None, lease: int = LEASE_NONE) -> Parts:
+    """`message` as the parts to send, in order: its arrays placed in `ring` where they fit
+    (`write_message`)."""
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(message)
@@ -292,7 +299,24 @@ def write_message(
     head = _HEADER.pack(len(raws), len(data), end, lease) + b"".join(
         _BUFFER.pack(raw.nbytes, offset + 1) for raw, offset in zip(raws, offsets, strict=True)
     )
-    _send_all(sock, [memoryview(head), memoryview(data), *inline], waited)
+    return [memoryview(head), memoryview(data), *inline]
+
+
+def frame_bytes(buffered: memoryview) -> int | None:
+    """The length of the message that `buffered` begins with, once its header and descriptors
+    are in it (None before)."""
+    if len(buffered) < _HEADER.size:
+        return None
+    count, size, _, _ = _HEADER.unpack_from(buffered)
+    descriptors: int = _HEADER.size + count * _BUFFER.size
+    if len(buffered) < descriptors:
+        return None
+    inline: int = sum(
+        length
+        for length, offset in _BUFFER.iter_unpack(buffered[_HEADER.size : descriptors])
+        if offset == 0
+    )
+    return descriptors + int(size) + inline
 
 
 def read_frame(
@@ -356,12 +380,41 @@ class Reader:
             got += self._received(view[got:])
         return out
 
-    def _fill(self, size: int) -> None:
-        """Read until `size` bytes are buffered, or the buffer holds all it can."""
-        unread = self._end - self._start
-        if self._start:  # move the unread bytes to the front
+    def has_message(self) -> bool:
+        """Whether a whole message is buffered: `read_frame` then reads it without a receive."""
+        buffered = memoryview(self._buffer)[self._start : self._end]
+        size = frame_bytes(buffered)
+        return size is not None and size <= len(buffered)
+
+    @property
+    def full(self) -> bool:
+        """The buffer holds all it can, unread: a message that has not come whole in it is
+        larger than the buffer."""
+        return self._start == 0 and self._end == len(self._buffer)
+
+    def take_arrived(self, receive_now: Callable[[memoryview], int]) -> bool:
+        """Buffer what has arrived, with `receive_now`, a receive that does not wait
+        (BlockingIOError when nothing has); False when the other end closed."""
+        self._compact()
+        if self._end == len(self._buffer):
+            return True
+        try:
+            count = receive_now(memoryview(self._buffer)[self._end :])
+        except BlockingIOError:
+            return True
+        self._end += count
+        return count > 0
+
+    def _compact(self) -> None:
+        """Move the unread bytes to the front."""
+        if self._start:
+            unread = self._end - self._start
             self._buffer[:unread] = self._buffer[self._start : self._end]
             self._start, self._end = 0, unread
+
+    def _fill(self, size: int) -> None:
+        """Read until `size` bytes are buffered, or the buffer holds all it can."""
+        self._compact()
         view = memoryview(self._buffer)
         while self._end < min(size, len(self._buffer)):
             self._end += self._received(view[self._end :])
@@ -373,9 +426,7 @@ class Reader:
         return count
 
 
-def _send_all(
-    sock: socket.socket, parts: list[memoryview], waited: Callable[[], None] | None
-) -> None:
+def _send_all(sock: socket.socket, parts: Parts, waited: Callable[[], None] | None) -> None:
     while parts:
         try:
             sent = sock.sendmsg(parts[:_MAX_PARTS])
@@ -384,11 +435,26 @@ def _send_all(
                 raise
             waited()
             continue
-        while parts and sent >= parts[0].nbytes:
-            sent -= parts[0].nbytes
-            parts.pop(0)
-        if parts and sent:
-            parts[0] = parts[0][sent:]
+        _advance(parts, sent)
+
+
+def send_what_fits(sock: socket.socket, parts: Parts) -> None:
+    """Send what the socket takes of `parts` now, without waiting, and drop it from them;
+    OSError as the socket raises it."""
+    while parts:
+        try:
+            sent = sock.sendmsg(parts[:_MAX_PARTS], [], socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        _advance(parts, sent)
+
+
+def _advance(parts: Parts, sent: int) -> None:
+    while parts and sent >= parts[0].nbytes:
+        sent -= parts[0].nbytes
+        parts.pop(0)
+    if parts and sent:
+        parts[0] = parts[0][sent:]
 
 
 class WorkerChannel:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 
@@ -44,6 +44,7 @@ from backends.python._shared import SharedArrays
 from proto import model_config_pb2 as mc
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _DEFAULT_MODEL_FILENAME = "model.py"
 _CPU = Device.cpu()
@@ -74,7 +75,15 @@ class _Model:
 
 
 class PythonInstance:
-    """A model.py's TritonPythonModel in a worker process, driven from one executor thread.
+    """A model.py's TritonPythonModel in a worker process, or in the server's.
+
+    A batch for a worker process that is not decoupled runs from the event loop, which sends
+    it and waits for its answer without blocking (`WorkerProcess.send_async`,
+    `receive_async`): no thread hand-off, no second Python thread taking turns with the loop
+    for the GIL. The instance's one executor thread does what blocks: restarting a worker,
+    answering the model's calls to the server (business logic scripting, `is_cancelled`) while
+    it reads the rest of that batch, a decoupled model's batches, and an in-process model's
+    execute.
 
     A worker that outlives the execute timeout or dies fails its batch and is replaced by a fresh
     one (initialize runs again), so the instance keeps serving. A worker that dies between
@@ -111,6 +120,11 @@ class PythonInstance:
         # rather than queue another call of is_ready() behind it.
         self._readiness: tuple[WorkerProcess | LocalWorker, asyncio.Future[bool]] | None = None
         self._executor = InstanceThread(model.instance)
+        self._turn = asyncio.Lock()  # a worker's batches from the event loop, one at a time
+        # Clear while a batch on the event loop holds the worker's channel: the watcher and
+        # close() wait for it, so that neither closes the channel under the loop's reads.
+        self._channel_free = threading.Event()
+        self._channel_free.set()
 
     @classmethod
     def load(
@@ -131,7 +145,7 @@ class PythonInstance:
         holds the arrays the version's instances share (`pb_utils.shared_array`); `metrics`
         keeps the families the model registers (`pb_utils.MetricFamily`); `control` serves its
         model loading API (`pb_utils.load_model`)."""
-        spec = _worker_spec(name, model_dir, version, config, settings.backend_file)
+        spec = worker_spec(name, model_dir, version, config, settings.backend_file)
         settings = settings.resolved(config.name, model_dir)  # the loader's are already
         if shared is not None:
             spec["shared_dir"] = shared.acquire()
@@ -179,7 +193,7 @@ class PythonInstance:
         """The config after model.py's `TritonPythonModel.auto_complete_config` (run in a worker
         of its own), as Triton's python backend completes it; blocking."""
         name = f"{config.name}_{version}_auto_complete"
-        spec = _worker_spec(name, model_dir, version, config, settings.backend_file)
+        spec = worker_spec(name, model_dir, version, config, settings.backend_file)
         deadline_ns = time.monotonic_ns() + int(settings.initialize_timeout_s * 1e9)
         try:
             environment = settings.resolved(config.name, model_dir).environment
@@ -224,7 +238,14 @@ class PythonInstance:
                 f"{self._model.where()}: the model is decoupled; its responses stream through "
                 "execute_decoupled"
             )
-        return await self._submit(self._run, requests, parameters)
+        if self._settings.in_process:
+            return await self._submit(self._run, requests, parameters)
+        # A worker's batch runs on the event loop, which waits for the answer without a thread.
+        # It keeps the channel to the end even when its caller leaves (the batch's answer must
+        # be read before the next batch's), so the caller's cancellation does not reach it.
+        batch = asyncio.ensure_future(self._run_async(requests, parameters))
+        batch.add_done_callback(_retrieved)
+        return await asyncio.shield(batch)
 
     async def execute_decoupled(
         self,
@@ -257,8 +278,12 @@ class PythonInstance:
         """Run finalize() (bounded by the execute timeout) and end the worker; blocking."""
         if self._closed:
             return
-        self._closed = True
+        with self._replacing:  # a batch on the event loop holds the channel now or never will
+            self._closed = True
         self._executor.close(cancel_pending=True)
+        # A batch on the event loop ends by its execute timeout (the thread it hands work to
+        # refuses it now).
+        self._channel_free.wait(self._settings.execute_timeout_s + _LATE_ANSWER_S)
         with self._replacing:
             worker, self._worker = self._worker, None
         if self.shared is not None:  # what its worker still maps stays until it exits
@@ -270,14 +295,65 @@ class PythonInstance:
         if self._metrics is not None:  # after finalize, which may still update them
             self._metrics.release(self)
 
-    async def _submit(self, run: Callable[..., ExecutionResult], *args: Any) -> ExecutionResult:
+    async def _submit(self, run: Callable[..., _T], *args: Any) -> _T:
         self._questions.loop = asyncio.get_running_loop()
         try:
             return await self._executor.run(run, *args)
         except InstanceClosedError as exc:  # close() closes the thread: its refusal says it
             raise ExecutionError(f"{self._model.where()}: the instance is closed") from exc
 
-    # Everything below runs on the instance's executor thread.
+    async def _run_async(
+        self, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
+    ) -> ExecutionResult:
+        """A worker's batch from the event loop, one at a time; what blocks (restarting a
+        worker, answering the model's calls to the server) runs on the instance's thread."""
+        async with self._turn:
+            worker = self._hold_channel()
+            if worker is None:  # being replaced, gone or closing: the thread waits for it
+                return await self._submit(self._run, requests, parameters)
+            try:
+                return await self._run_held(worker, requests, parameters)
+            finally:
+                self._channel_free.set()
+
+    async def _run_held(
+        self,
+        worker: WorkerProcess,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters],
+    ) -> ExecutionResult:
+        batch = next(self._batches)
+        start_ns = time.monotonic_ns()
+        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
+        try:
+            message = self._execute_message(batch, requests, parameters)
+            await worker.send_async(message, deadline_ns)
+            sent_ns = time.monotonic_ns()
+            reply = await worker.receive_async(deadline_ns)
+            while len(reply) < 2 or reply[1] != batch:  # a late one about an earlier batch
+                reply = await worker.receive_async(deadline_ns)
+            if reply[0] in _QUESTIONS:  # the model calls the server: the thread reads on
+                reply = await self._submit(self._answered_from, worker, batch, deadline_ns, reply)
+        except WorkerFailure as failure:
+            raise await self._submit(self._recover, worker, failure) from None
+        return self._outcome(requests, reply, start_ns, sent_ns)
+
+    def _hold_channel(self) -> WorkerProcess | None:
+        """The worker, its channel held for a batch on the event loop until `_channel_free` is
+        set again; None while a thread replaces it, when it is gone or in process, or once the
+        instance closes."""
+        if not self._replacing.acquire(blocking=False):
+            return None
+        try:
+            worker = self._worker
+            if self._closed or not isinstance(worker, WorkerProcess) or not worker.alive():
+                return None
+            self._channel_free.clear()
+            return worker
+        finally:
+            self._replacing.release()
+
+    # Everything below runs on the instance's executor thread (`_outcome` on either side).
 
     def _run(
         self, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
@@ -294,6 +370,27 @@ class PythonInstance:
             raise self._recover(worker, failure) from None
         finally:
             self._questions.end_batch()
+        return self._outcome(requests, reply, start_ns, sent_ns)
+
+    def _answered_from(
+        self, worker: WorkerProcess, batch: int, deadline_ns: int, question: tuple[Any, ...]
+    ) -> tuple[Any, ...]:
+        """The batch's reply, read after the model's first question (which the event loop
+        read), answering it and the others on the way."""
+        try:
+            self._answer(worker, question, deadline_ns)
+            return next(self._answered(worker, batch, deadline_ns))
+        finally:
+            self._questions.end_batch()
+
+    def _outcome(
+        self,
+        requests: Sequence[TensorMap],
+        reply: tuple[Any, ...],
+        start_ns: int,
+        sent_ns: int,
+    ) -> ExecutionResult:
+        """A batch's responses from its reply ("done" or "failed")."""
         received_ns = time.monotonic_ns()
         rescheduled: frozenset[int] = frozenset()
         if reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
@@ -359,14 +456,20 @@ class PythonInstance:
         """The batch's replies; the model's questions (calls to other models, whether a request
         was cancelled) are answered on the way."""
         for reply in worker.replies(batch, deadline_ns):
-            if reply[0] not in _QUESTIONS:
-                yield reply
-            elif reply[0] == "call" and not reply[8]:  # runs aside: calls go side by side
-                self._questions.call_aside(reply, lambda answer: _send_late(worker, answer))
-            elif reply[0] == "next":  # a stream's next response, now or when it comes
-                self._questions.next_aside(reply, lambda answer: _send_late(worker, answer))
+            if reply[0] in _QUESTIONS:
+                self._answer(worker, reply, deadline_ns)
             else:
-                worker.send(self._questions.answer(reply, deadline_ns), deadline_ns)
+                yield reply
+
+    def _answer(
+        self, worker: WorkerProcess | LocalWorker, question: tuple[Any, ...], deadline_ns: int
+    ) -> None:
+        if question[0] == "call" and not question[8]:  # runs aside: calls go side by side
+            self._questions.call_aside(question, lambda answer: _send_late(worker, answer))
+        elif question[0] == "next":  # a stream's next response, now or when it comes
+            self._questions.next_aside(question, lambda answer: _send_late(worker, answer))
+        else:
+            worker.send(self._questions.answer(question, deadline_ns), deadline_ns)
 
     def _answer_call(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
         """An in-process model's question, answered on its own thread within the execute
@@ -444,18 +547,25 @@ class PythonInstance:
         """On its own thread: wait for `worker` to end, and replace it if it died on its own
         (not killed or finalized by this instance, which takes it out first)."""
         code = worker.wait()
-        with self._replacing:
-            if self._closed or self._worker is not worker:
+        while True:
+            # A batch on the event loop that reads its channel sees the end itself, and
+            # replaces the worker; it is waited for, so that the channel stays open under it.
+            self._channel_free.wait()
+            with self._replacing:
+                if not self._channel_free.is_set():
+                    continue  # another batch took the channel meanwhile
+                if self._closed or self._worker is not worker:
+                    return
+                self._worker = None
+                _log.error(
+                    "%s: the worker exited with code %s; restarting it", self._model.where(), code
+                )
+                worker.kill()  # what it started goes too
+                try:
+                    self._worker = self._start_worker()
+                except ModelLoadError as exc:
+                    _log.error("%s: restarting the worker failed: %s", self._model.where(), exc)
                 return
-            self._worker = None
-            _log.error(
-                "%s: the worker exited with code %s; restarting it", self._model.where(), code
-            )
-            worker.kill()  # what it started goes too
-            try:
-                self._worker = self._start_worker()
-            except ModelLoadError as exc:
-                _log.error("%s: restarting the worker failed: %s", self._model.where(), exc)
 
     def _start_worker(self) -> WorkerProcess | LocalWorker:
         timeout_s = self._settings.initialize_timeout_s
@@ -511,6 +621,13 @@ class PythonInstance:
         return time.monotonic_ns() + int(timeout_s * 1e9)
 
 
+def _retrieved(batch: asyncio.Future[Any]) -> None:
+    """A batch's outcome, read when its caller left before it ended (asyncio logs any
+    exception nobody read)."""
+    if not batch.cancelled():
+        batch.exception()
+
+
 def _send_late(worker: WorkerProcess | LocalWorker, answer: tuple[Any, ...]) -> None:
     """A call's answer, sent once it finished: a worker that has gone meanwhile (its batch
     failed, and the failure is the batch's to report) or that no longer takes it is left."""
@@ -564,7 +681,7 @@ def _result(
     return ExecutionResult(responses, input_ns, execute_ns, output_ns, rescheduled)
 
 
-def _worker_spec(
+def worker_spec(
     name: str, model_dir: Path, version: int, config: mc.ModelConfig, backend_file: str = ""
 ) -> dict[str, Any]:
     """What a worker is started with: model.py's path (the version's, or a Python-based

@@ -10,6 +10,7 @@ model mid-batch, and killing the session also ends processes the model started.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -35,7 +36,9 @@ from backends.python._frames import (
     Ring,
     Unpickler,
     copied,
+    encode_message,
     read_frame,
+    send_what_fits,
     stack_rows,
     unstack_rows,
     write_message,
@@ -52,6 +55,7 @@ from backends.python._worker import (
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 _ASKS = (ASK_CANCEL, ASK_SERVER, ASK_UPDATE)
 _POLL_S = 0.2  # while waiting for a reply, how often to check that the worker still runs
+_LOCK_POLL_S = 0.001  # on the event loop, how often to try the lock of a send in progress
 # The channel's sockets block, each call bounded by the kernel (SO_RCVTIMEO, SO_SNDTIMEO): one
 # system call per receive or send, where a Python timeout adds a poll and two fcntl calls.
 _POLL_TIMEVAL = struct.pack("ll", 0, int(_POLL_S * 1e6))
@@ -102,8 +106,9 @@ class AskAnswers:
 
 
 class WorkerProcess:
-    """One running worker; used by one thread at a time (the instance's executor, or close),
-    except `send`, which the answers to a model's calls use from other threads too."""
+    """One running worker; its channel used by one party at a time (the event loop through
+    `send_async` and `receive_async`, the instance's executor, or close), except `send`, which
+    the answers to a model's calls use from other threads too."""
 
     def __init__(
         self, process: subprocess.Popen[bytes], sock: socket.socket, outgoing: Ring, incoming: Ring
@@ -277,14 +282,36 @@ class WorkerProcess:
         _waited(deadline_ns)
         try:  # the socket may be closed under us: a watcher saw the worker end and restarts it
             lease = _LEASES.get(message[0], LEASE_NONE)
-            if message[0] == "execute":
-                message = (*message[:2], stack_rows(message[2]), *message[3:])
             with self._send_lock:
                 write_message(
-                    self._sender, message, self._outgoing, lease, lambda: _waited(deadline_ns)
+                    self._sender,
+                    _outgoing(message),
+                    self._outgoing,
+                    lease,
+                    lambda: _waited(deadline_ns),
                 )
         except OSError:
             raise self._lost() from None
+
+    async def send_async(self, message: tuple[Any, ...], deadline_ns: int) -> None:
+        """`send` on the event loop, which it never blocks: the socket takes what it can now
+        (a whole message, from a worker that waits for one) and the rest as it drains."""
+        while not self._send_lock.acquire(blocking=False):  # a thread sends a call's answer
+            _waited(deadline_ns)
+            await asyncio.sleep(_LOCK_POLL_S)
+        try:
+            parts = encode_message(
+                _outgoing(message), self._outgoing, _LEASES.get(message[0], LEASE_NONE)
+            )
+            send_what_fits(self._sender, parts)
+            while parts:
+                _waited(deadline_ns)
+                await self._ready(deadline_ns, writing=True)
+                send_what_fits(self._sender, parts)
+        except OSError:
+            raise await asyncio.to_thread(self._lost) from None
+        finally:
+            self._send_lock.release()
 
     def receive(self, deadline_ns: int) -> tuple[Any, ...]:
         self._read_deadline_ns = deadline_ns
@@ -308,6 +335,46 @@ class WorkerProcess:
                 raise WorkerFailure(f"sent a malformed message ({exc})") from None
         return message
 
+    async def receive_async(self, deadline_ns: int) -> tuple[Any, ...]:
+        """`receive` on the event loop, which it never blocks: it waits for the whole message
+        to arrive, then reads it (one larger than the channel's buffer is read on a thread)."""
+        reader = self._reader
+        while not reader.has_message():
+            if reader.full:
+                return await asyncio.to_thread(self.receive, deadline_ns)
+            if _remaining_s(deadline_ns) <= 0:
+                raise WorkerFailure("did not answer in time", timed_out=True)
+            await self._ready(deadline_ns, writing=False)
+            try:
+                still_open = reader.take_arrived(self._receive_now)
+            except OSError:
+                still_open = False
+            # The channel closed, or the worker ended (a process the model started may hold
+            # the socket open): why, as `receive` says it.
+            if not still_open or (not reader.has_message() and self._process.poll() is not None):
+                raise await asyncio.to_thread(self._lost) from None
+        return self.receive(deadline_ns)
+
+    async def _ready(self, deadline_ns: int, writing: bool) -> None:
+        """Until the socket is ready to read (or write), the deadline passes or _POLL_S has
+        gone by, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        fd = self._sock.fileno()
+        if writing:
+            loop.add_writer(fd, _settle, waiter)
+        else:
+            loop.add_reader(fd, _settle, waiter)
+        timer = loop.call_later(min(_POLL_S, _remaining_s(deadline_ns)), _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if writing:
+                loop.remove_writer(fd)
+            else:
+                loop.remove_reader(fd)
+
     def replies(self, batch: int, deadline_ns: int) -> Iterator[tuple[Any, ...]]:
         """Messages about `batch`; late ones about earlier batches (a decoupled model's threads
         still sending after its batch failed) are dropped."""
@@ -330,6 +397,10 @@ class WorkerProcess:
             self._process.wait(timeout=_EXIT_GRACE_S)
         self.kill()
         return None if message[1] is None else str(message[1])
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
 
     def alive(self) -> bool:
         return self._process.poll() is None
@@ -369,6 +440,9 @@ class WorkerProcess:
             except OSError:
                 raise self._lost() from None
 
+    def _receive_now(self, view: memoryview) -> int:
+        return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+
     def _lost(self) -> WorkerFailure:
         """Why the channel broke: almost always because the worker process ended."""
         try:
@@ -380,6 +454,18 @@ class WorkerProcess:
                 f"exited with code {code} ({signal.Signals(-code).name})", exit_code=code
             )
         return WorkerFailure(f"exited with code {code}", exit_code=code)
+
+
+def _outgoing(message: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An execute message with its inputs stacked where they can be (`stack_rows`)."""
+    if message[0] == "execute":
+        return (*message[:2], stack_rows(message[2]), *message[3:])
+    return message
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _waited(deadline_ns: int) -> None:

@@ -20,7 +20,9 @@ from backends.python._frames import (
     Unpickler,
     WorkerChannel,
     copied,
+    encode_message,
     read_frame,
+    send_what_fits,
     stack_rows,
     unstack_rows,
     write_message,
@@ -305,3 +307,46 @@ def test_tensors_that_cannot_stack_travel_as_they_are(maps: list[object]) -> Non
 def test_stacked_tensors_that_do_not_add_up_are_refused(stacked: object) -> None:
     with pytest.raises(ValueError, match="stacked tensor"):
         unstack_rows(stacked)
+
+
+def test_the_reader_says_when_a_message_has_come_whole_without_waiting(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    def receive_now(view: memoryview) -> int:
+        return pair[1].recv_into(view, 0, socket.MSG_DONTWAIT)
+
+    reader = Reader(pair[1].recv_into, size=1024)
+    assert reader.take_arrived(receive_now) and not reader.has_message()  # nothing came yet
+    parts = encode_message(("small", np.arange(4)))  # no ring: the array goes inline
+    data = b"".join(bytes(part) for part in parts)
+    previous = 0
+    for cut in (10, 30, len(data) - 1):  # the header, the descriptors, all but a byte
+        pair[0].sendall(data[previous:cut])
+        previous = cut
+        assert reader.take_arrived(receive_now) and not reader.has_message()
+    pair[0].sendall(data[previous:])
+    assert reader.take_arrived(receive_now) and reader.has_message()
+    frame, buffers, _, _ = read_frame(reader.read_exact)
+    assert Unpickler(frame, buffers).load()[1].tolist() == [0, 1, 2, 3]
+    large = encode_message(("large", np.zeros(1000)))  # 8 KB inline: more than the buffer
+    pair[0].sendall(b"".join(bytes(part) for part in large))
+    while not reader.full:
+        assert reader.take_arrived(receive_now) and not reader.has_message()
+    pair[0].close()
+    read_frame(reader.read_exact)  # what the buffer held, then the rest: the blocking read
+    assert not reader.take_arrived(receive_now)  # the other end closed
+
+
+def test_a_send_that_does_not_wait_keeps_what_the_socket_did_not_take(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    parts = encode_message(("large", np.zeros(1 << 20, dtype=np.uint8)))
+    total = sum(part.nbytes for part in parts)
+    send_what_fits(pair[0], parts)
+    left = sum(part.nbytes for part in parts)
+    assert 0 < left < total  # the socket's buffer took some of the 1 MiB
+    received = 0
+    while parts or received < total:
+        received += len(pair[1].recv(1 << 20))
+        send_what_fits(pair[0], parts)
+    assert received == total

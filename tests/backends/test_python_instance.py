@@ -22,7 +22,8 @@ output { name: "COUNT" data_type: TYPE_INT64 dims: [1] }
 """
 
 # Doubles IN into SUM; COUNT is how many requests the execute call got. IN's first value steers
-# the failure cases: 1 hangs, 2 exits the process, 3 raises, 4 sends a TritonError, 7 is killed.
+# the failure cases: 1 hangs, 2 exits the process, 3 raises, 4 sends a TritonError, 7 is killed;
+# 8 takes 0.3 s.
 STEERED = """
 import os
 import time
@@ -46,6 +47,8 @@ class TritonPythonModel:
                 raise ValueError("three is not allowed")
             if x.flat[0] == 7:
                 os.kill(os.getpid(), 9)
+            if x.flat[0] == 8:
+                time.sleep(0.3)
             if x.flat[0] == 4:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("no 4s")))
                 continue
@@ -150,6 +153,16 @@ async def test_worker_exit_fails_the_batch_and_restarts(load: Loader) -> None:
         await instance.execute(_rows(7))
     result = await instance.execute(_rows(6))
     assert isinstance(result.responses[0], dict)
+
+
+async def test_a_batch_whose_caller_left_is_answered_before_the_next(load: Loader) -> None:
+    instance = load("steered", STEERED)
+    left = asyncio.ensure_future(instance.execute(_rows(8, 8, 8)))
+    await asyncio.sleep(0.1)
+    left.cancel()
+    result = await instance.execute(_rows(5, 6))
+    assert [r["SUM"][0, 0] for r in result.responses if isinstance(r, dict)] == [10, 12]
+    assert [r["COUNT"][0, 0] for r in result.responses if isinstance(r, dict)] == [2, 2]
 
 
 CHECKED = """
