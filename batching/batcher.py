@@ -280,6 +280,7 @@ class Batcher:
         self._loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._loop_task
+        self._wake.close()
         for request in self._queue.take(len(self._queue)):
             if not request.future.done():
                 request.future.set_exception(

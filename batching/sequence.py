@@ -368,6 +368,7 @@ class SequenceBatcher:
         self._loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._loop_task
+        self._wake.close()
         error = BatcherClosedError(f"model '{self._policy.model}' stopped before the request ran")
         for sequence in self._all_sequences():
             for request in sequence.requests:
