@@ -267,12 +267,16 @@ class PythonInstance:
         """
         if not self._model.decoupled:
             raise ExecutionError(f"{self._model.where()}: the model is not decoupled; call execute")
-        loop = asyncio.get_running_loop()
-
-        def emit(index: int, response: Response | None, final: bool) -> None:
-            loop.call_soon_threadsafe(send, index, response, final)
-
-        return await self._submit(self._run_decoupled, requests, emit, parameters, cancelled)
+        if self._settings.in_process:
+            emit = _from_thread(send)
+            return await self._submit(self._run_decoupled, requests, emit, parameters, cancelled)
+        # From the event loop, as `execute` runs a worker's batch: each response reaches `send`
+        # as the loop reads it.
+        batch = asyncio.ensure_future(
+            self._run_decoupled_async(requests, send, parameters, cancelled)
+        )
+        batch.add_done_callback(_retrieved)
+        return await asyncio.shield(batch)
 
     def close(self) -> None:
         """Run finalize() (bounded by the execute timeout) and end the worker; blocking."""
@@ -337,6 +341,69 @@ class PythonInstance:
         except WorkerFailure as failure:
             raise await self._submit(self._recover, worker, failure) from None
         return self._outcome(requests, reply, start_ns, sent_ns)
+
+    async def _run_decoupled_async(
+        self,
+        requests: Sequence[TensorMap],
+        send: ResponseSend,
+        parameters: Sequence[Parameters],
+        cancelled: Callable[[int], bool] | None,
+    ) -> ExecutionResult:
+        async with self._turn:
+            worker = self._hold_channel()
+            if worker is None:  # being replaced, gone or closing: the thread waits for it
+                emit = _from_thread(send)
+                return await self._submit(
+                    self._run_decoupled, requests, emit, parameters, cancelled
+                )
+            try:
+                return await self._run_decoupled_held(worker, requests, send, parameters, cancelled)
+            finally:
+                self._channel_free.set()
+
+    async def _run_decoupled_held(
+        self,
+        worker: WorkerProcess,
+        requests: Sequence[TensorMap],
+        send: ResponseSend,
+        parameters: Sequence[Parameters],
+        cancelled: Callable[[int], bool] | None,
+    ) -> ExecutionResult:
+        batch = next(self._batches)
+        self._questions.running(batch, cancelled)
+        start_ns = sent_ns = time.monotonic_ns()
+        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
+        streamed = _Streamed([False] * len(requests))
+        try:
+            message = self._execute_message(batch, requests, parameters)
+            await worker.send_async(message, deadline_ns)
+            sent_ns = time.monotonic_ns()
+            while not streamed.over:
+                reply = await worker.receive_async(deadline_ns)
+                if len(reply) < 2 or reply[1] != batch:  # a late one about an earlier batch
+                    continue
+                if reply[0] in _QUESTIONS:  # the model calls the server: the thread reads on
+                    emit = _from_thread(send)
+                    stream_on = self._stream_on
+                    await self._submit(stream_on, worker, batch, deadline_ns, streamed, emit, reply)
+                    break
+                if not self._take(reply, streamed, send):
+                    break
+        except WorkerFailure as failure:
+            try:
+                error = await self._submit(self._recover, worker, failure)
+            except ExecutionError as closed:  # the instance closed meanwhile
+                error = closed
+            _finish(streamed.finished, send, str(error))
+        except ExecutionError as closed:  # the thread that reads on closed with the instance
+            _finish(streamed.finished, send, str(closed))
+        finally:
+            self._questions.end_batch()
+        responses: list[Response] = [{} for _ in requests]
+        done_ns = time.monotonic_ns()
+        return _result(
+            responses, start_ns, sent_ns, streamed.execute_ns, done_ns, streamed.rescheduled
+        )
 
     def _hold_channel(self) -> WorkerProcess | None:
         """The worker, its channel held for a batch on the event loop until `_channel_free` is
@@ -418,37 +485,57 @@ class PythonInstance:
         self._questions.running(batch, cancelled)
         start_ns = sent_ns = time.monotonic_ns()
         deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
-        finished = [False] * len(requests)
-        returned = False
-        execute_ns = 0
-        rescheduled: frozenset[int] = frozenset()
+        streamed = _Streamed([False] * len(requests))
         try:
             worker.send(self._execute_message(batch, requests, parameters), deadline_ns)
             sent_ns = time.monotonic_ns()
-            replies = self._answered(worker, batch, deadline_ns)
-            while not (returned and all(finished)):
-                reply = next(replies)
-                if reply[0] == "response":
-                    _, _, index, payload, final = reply
-                    if not finished[index]:
-                        finished[index] = bool(final)
-                        emit(index, None if payload is None else self._response(payload), final)
-                elif reply[0] == "done":
-                    returned = True
-                    execute_ns = int(reply[3])
-                    rescheduled = frozenset(reply[4])
-                    for index in rescheduled:  # their final flags come in a later batch
-                        finished[index] = True
-                else:
-                    reason = str(reply[2]) if reply[0] == "failed" else f"unexpected {reply[0]!r}"
-                    _finish(finished, emit, f"{self._model.where()}: {reason}")
-                    break
+            self._stream_on(worker, batch, deadline_ns, streamed, emit)
         except WorkerFailure as failure:
-            _finish(finished, emit, str(self._recover(worker, failure)))
+            _finish(streamed.finished, emit, str(self._recover(worker, failure)))
         finally:
             self._questions.end_batch()
         responses: list[Response] = [{} for _ in requests]
-        return _result(responses, start_ns, sent_ns, execute_ns, time.monotonic_ns(), rescheduled)
+        done_ns = time.monotonic_ns()
+        return _result(
+            responses, start_ns, sent_ns, streamed.execute_ns, done_ns, streamed.rescheduled
+        )
+
+    def _stream_on(
+        self,
+        worker: WorkerProcess | LocalWorker,
+        batch: int,
+        deadline_ns: int,
+        streamed: _Streamed,
+        emit: ResponseSend,
+        question: tuple[Any, ...] | None = None,
+    ) -> None:
+        """A decoupled batch's messages until it is over, answering the model's questions on
+        the way (first `question`, which the event loop read)."""
+        if question is not None:
+            self._answer(worker, question, deadline_ns)
+        replies = self._answered(worker, batch, deadline_ns)
+        while not streamed.over and self._take(next(replies), streamed, emit):
+            pass
+
+    def _take(self, reply: tuple[Any, ...], streamed: _Streamed, emit: ResponseSend) -> bool:
+        """One of a decoupled batch's messages (a response, "done", or a failure, which ends
+        every request still open: then False)."""
+        if reply[0] == "response":
+            _, _, index, payload, final = reply
+            if not streamed.finished[index]:
+                streamed.finished[index] = bool(final)
+                emit(index, None if payload is None else self._response(payload), final)
+        elif reply[0] == "done":
+            streamed.returned = True
+            streamed.execute_ns = int(reply[3])
+            streamed.rescheduled = frozenset(reply[4])
+            for index in streamed.rescheduled:  # their final flags come in a later batch
+                streamed.finished[index] = True
+        else:
+            reason = str(reply[2]) if reply[0] == "failed" else f"unexpected {reply[0]!r}"
+            _finish(streamed.finished, emit, f"{self._model.where()}: {reason}")
+            return False
+        return True
 
     def _answered(
         self, worker: WorkerProcess | LocalWorker, batch: int, deadline_ns: int
@@ -619,6 +706,31 @@ class PythonInstance:
     @staticmethod
     def _deadline_ns(timeout_s: float) -> int:
         return time.monotonic_ns() + int(timeout_s * 1e9)
+
+
+@dataclass(slots=True)
+class _Streamed:
+    """A decoupled batch as its messages come: which requests sent their final response,
+    whether execute returned, its time in the worker, the requests it rescheduled."""
+
+    finished: list[bool]
+    returned: bool = False
+    execute_ns: int = 0
+    rescheduled: frozenset[int] = frozenset()
+
+    @property
+    def over(self) -> bool:
+        return self.returned and all(self.finished)
+
+
+def _from_thread(send: ResponseSend) -> ResponseSend:
+    """`send`, for a thread to call: each call runs on the event loop that is running now."""
+    loop = asyncio.get_running_loop()
+
+    def emit(index: int, response: Response | None, final: bool) -> None:
+        loop.call_soon_threadsafe(send, index, response, final)
+
+    return emit
 
 
 def _retrieved(batch: asyncio.Future[Any]) -> None:
