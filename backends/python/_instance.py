@@ -369,15 +369,11 @@ class PythonInstance:
         parameters: Sequence[Parameters],
         cancelled: Callable[[int], bool] | None,
     ) -> ExecutionResult:
-        batch = next(self._batches)
-        self._questions.running(batch, cancelled)
-        start_ns = sent_ns = time.monotonic_ns()
-        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
-        streamed = _Streamed([False] * len(requests))
+        batch, deadline_ns, streamed = self._begin_stream(requests, cancelled)
         try:
             message = self._execute_message(batch, requests, parameters)
             await worker.send_async(message, deadline_ns)
-            sent_ns = time.monotonic_ns()
+            streamed.sent_ns = time.monotonic_ns()
             while not streamed.over:
                 reply = await worker.receive_async(deadline_ns)
                 if len(reply) < 2 or reply[1] != batch:  # a late one about an earlier batch
@@ -399,11 +395,7 @@ class PythonInstance:
             _finish(streamed.finished, send, str(closed))
         finally:
             self._questions.end_batch()
-        responses: list[Response] = [{} for _ in requests]
-        done_ns = time.monotonic_ns()
-        return _result(
-            responses, start_ns, sent_ns, streamed.execute_ns, done_ns, streamed.rescheduled
-        )
+        return streamed.result()
 
     def _hold_channel(self) -> WorkerProcess | None:
         """The worker, its channel held for a batch on the event loop until `_channel_free` is
@@ -481,24 +473,25 @@ class PythonInstance:
         cancelled: Callable[[int], bool] | None,
     ) -> ExecutionResult:
         worker = self._running_worker()
-        batch = next(self._batches)
-        self._questions.running(batch, cancelled)
-        start_ns = sent_ns = time.monotonic_ns()
-        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
-        streamed = _Streamed([False] * len(requests))
+        batch, deadline_ns, streamed = self._begin_stream(requests, cancelled)
         try:
             worker.send(self._execute_message(batch, requests, parameters), deadline_ns)
-            sent_ns = time.monotonic_ns()
+            streamed.sent_ns = time.monotonic_ns()
             self._stream_on(worker, batch, deadline_ns, streamed, emit)
         except WorkerFailure as failure:
             _finish(streamed.finished, emit, str(self._recover(worker, failure)))
         finally:
             self._questions.end_batch()
-        responses: list[Response] = [{} for _ in requests]
-        done_ns = time.monotonic_ns()
-        return _result(
-            responses, start_ns, sent_ns, streamed.execute_ns, done_ns, streamed.rescheduled
-        )
+        return streamed.result()
+
+    def _begin_stream(
+        self, requests: Sequence[TensorMap], cancelled: Callable[[int], bool] | None
+    ) -> tuple[int, int, _Streamed]:
+        """A decoupled batch begins: its number, its deadline, its progress."""
+        batch = next(self._batches)
+        self._questions.running(batch, cancelled)
+        deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
+        return batch, deadline_ns, _Streamed([False] * len(requests), time.monotonic_ns())
 
     def _stream_on(
         self,
@@ -714,6 +707,8 @@ class _Streamed:
     whether execute returned, its time in the worker, the requests it rescheduled."""
 
     finished: list[bool]
+    start_ns: int
+    sent_ns: int = 0  # 0 until the batch is sent
     returned: bool = False
     execute_ns: int = 0
     rescheduled: frozenset[int] = frozenset()
@@ -721,6 +716,14 @@ class _Streamed:
     @property
     def over(self) -> bool:
         return self.returned and all(self.finished)
+
+    def result(self) -> ExecutionResult:
+        """The batch's outcome once over: its phases, and one empty entry per request (its
+        responses went out as they came)."""
+        responses: list[Response] = [{} for _ in self.finished]
+        sent_ns, done_ns = self.sent_ns or self.start_ns, time.monotonic_ns()
+        rescheduled = self.rescheduled
+        return _result(responses, self.start_ns, sent_ns, self.execute_ns, done_ns, rescheduled)
 
 
 def _from_thread(send: ResponseSend) -> ResponseSend:
