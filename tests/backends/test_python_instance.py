@@ -165,6 +165,17 @@ async def test_a_batch_whose_caller_left_is_answered_before_the_next(load: Loade
     assert [r["COUNT"][0, 0] for r in result.responses if isinstance(r, dict)] == [2, 2]
 
 
+async def test_close_lets_the_batch_in_flight_finish_then_refuses(load: Loader) -> None:
+    instance = load("steered", STEERED)
+    running = asyncio.ensure_future(instance.execute(_rows(8)))  # takes 0.3 s
+    await asyncio.sleep(0.05)
+    await asyncio.to_thread(instance.close)
+    result = await running
+    assert isinstance(result.responses[0], dict) and result.responses[0]["SUM"][0, 0] == 16
+    with pytest.raises(ExecutionError, match="the instance is closed"):
+        await instance.execute(_rows(5))
+
+
 CHECKED = """
 max_batch_size: 0
 input { name: "MODE" data_type: TYPE_INT32 dims: [1] }
