@@ -194,6 +194,7 @@ def stack_rows(maps: list[Any]) -> list[Any] | Stacked:
                 type(array) is not np.ndarray
                 or array.nbytes > _STACKED_BYTES
                 or array.dtype != first.dtype
+                or array.ndim != first.ndim
                 or array.shape[1:] != tail
             ):
                 return maps

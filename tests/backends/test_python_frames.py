@@ -283,6 +283,7 @@ def test_a_batch_of_small_tensors_travels_as_one_array_per_name(
         [{"X": np.ones(2)}, {"X": np.ones(5000)}],  # a large array: copied once more for nothing
         [{"X": np.array([b"a"], dtype=object)}, {"X": np.array([b"b"], dtype=object)}],  # BYTES
         [{"X": np.float32(1)}, {"X": np.float32(2)}],  # no first axis
+        [{"X": np.ones(1)}, {"X": np.array(2.0)}],  # one without
         [{"X": np.ones(2)}, "the model's error"],  # not every answer holds tensors
         [({"X": np.ones(2)}, '{"p": 1}'), ({"X": np.ones(2)}, '{"p": 1}')],  # with parameters
     ],
