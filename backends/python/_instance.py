@@ -77,13 +77,12 @@ class _Model:
 class PythonInstance:
     """A model.py's TritonPythonModel in a worker process, or in the server's.
 
-    A batch for a worker process that is not decoupled runs from the event loop, which sends
-    it and waits for its answer without blocking (`WorkerProcess.send_async`,
+    A batch for a worker process runs from the event loop, which sends it and reads its answer
+    (or, for a decoupled model, each response) without blocking (`WorkerProcess.send_async`,
     `receive_async`): no thread hand-off, no second Python thread taking turns with the loop
     for the GIL. The instance's one executor thread does what blocks: restarting a worker,
     answering the model's calls to the server (business logic scripting, `is_cancelled`) while
-    it reads the rest of that batch, a decoupled model's batches, and an in-process model's
-    execute.
+    it reads the rest of that batch, and an in-process model's execute.
 
     A worker that outlives the execute timeout or dies fails its batch and is replaced by a fresh
     one (initialize runs again), so the instance keeps serving. A worker that dies between
