@@ -200,7 +200,9 @@ def run_perf_analyzer(
         input_data=input_data,
     )
     timeout_s = 60 + 3 * TRIALS * window_ms / 1000
-    what = f"{model} {front_end}{' shm' if shared_memory else ''} @{concurrency}"
+    # The server's address too: two servers may serve a model of the same name (Triton beside
+    # Convoy in scripts/python_bench.py).
+    what = f"{model} at {url} {front_end}{' shm' if shared_memory else ''} @{concurrency}"
 
     def measure() -> Measurement | None:
         try:
