@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -240,11 +240,7 @@ class PythonInstance:
         if self._settings.in_process:
             return await self._submit(self._run, requests, parameters)
         # A worker's batch runs on the event loop, which waits for the answer without a thread.
-        # It keeps the channel to the end even when its caller leaves (the batch's answer must
-        # be read before the next batch's), so the caller's cancellation does not reach it.
-        batch = asyncio.ensure_future(self._run_async(requests, parameters))
-        batch.add_done_callback(_retrieved)
-        return await asyncio.shield(batch)
+        return await _to_the_end(self._run_async(requests, parameters))
 
     async def execute_decoupled(
         self,
@@ -271,11 +267,7 @@ class PythonInstance:
             return await self._submit(self._run_decoupled, requests, emit, parameters, cancelled)
         # From the event loop, as `execute` runs a worker's batch: each response reaches `send`
         # as the loop reads it.
-        batch = asyncio.ensure_future(
-            self._run_decoupled_async(requests, send, parameters, cancelled)
-        )
-        batch.add_done_callback(_retrieved)
-        return await asyncio.shield(batch)
+        return await _to_the_end(self._run_decoupled_async(requests, send, parameters, cancelled))
 
     def close(self) -> None:
         """Run finalize() (bounded by the execute timeout) and end the worker; blocking."""
@@ -310,14 +302,10 @@ class PythonInstance:
     ) -> ExecutionResult:
         """A worker's batch from the event loop, one at a time; what blocks (restarting a
         worker, answering the model's calls to the server) runs on the instance's thread."""
-        async with self._turn:
-            worker = self._hold_channel()
+        async with self._channel() as worker:
             if worker is None:  # being replaced, gone or closing: the thread waits for it
                 return await self._submit(self._run, requests, parameters)
-            try:
-                return await self._run_held(worker, requests, parameters)
-            finally:
-                self._channel_free.set()
+            return await self._run_held(worker, requests, parameters)
 
     async def _run_held(
         self,
@@ -332,9 +320,7 @@ class PythonInstance:
             message = self._execute_message(batch, requests, parameters)
             await worker.send_async(message, deadline_ns)
             sent_ns = time.monotonic_ns()
-            reply = await worker.receive_async(deadline_ns)
-            while len(reply) < 2 or reply[1] != batch:  # a late one about an earlier batch
-                reply = await worker.receive_async(deadline_ns)
+            reply = await worker.reply_async(batch, deadline_ns)
             if reply[0] in _QUESTIONS:  # the model calls the server: the thread reads on
                 reply = await self._submit(self._answered_from, worker, batch, deadline_ns, reply)
         except WorkerFailure as failure:
@@ -348,17 +334,13 @@ class PythonInstance:
         parameters: Sequence[Parameters],
         cancelled: Callable[[int], bool] | None,
     ) -> ExecutionResult:
-        async with self._turn:
-            worker = self._hold_channel()
+        async with self._channel() as worker:
             if worker is None:  # being replaced, gone or closing: the thread waits for it
                 emit = _from_thread(send)
                 return await self._submit(
                     self._run_decoupled, requests, emit, parameters, cancelled
                 )
-            try:
-                return await self._run_decoupled_held(worker, requests, send, parameters, cancelled)
-            finally:
-                self._channel_free.set()
+            return await self._run_decoupled_held(worker, requests, send, parameters, cancelled)
 
     async def _run_decoupled_held(
         self,
@@ -374,9 +356,7 @@ class PythonInstance:
             await worker.send_async(message, deadline_ns)
             streamed.sent_ns = time.monotonic_ns()
             while not streamed.over:
-                reply = await worker.receive_async(deadline_ns)
-                if len(reply) < 2 or reply[1] != batch:  # a late one about an earlier batch
-                    continue
+                reply = await worker.reply_async(batch, deadline_ns)
                 if reply[0] in _QUESTIONS:  # the model calls the server: the thread reads on
                     emit = _from_thread(send)
                     stream_on = self._stream_on
@@ -396,20 +376,25 @@ class PythonInstance:
             self._questions.end_batch()
         return streamed.result()
 
-    def _hold_channel(self) -> WorkerProcess | None:
-        """The worker, its channel held for a batch on the event loop until `_channel_free` is
-        set again; None while a thread replaces it, when it is gone or in process, or once the
-        instance closes."""
-        if not self._replacing.acquire(blocking=False):
-            return None
-        try:
-            worker = self._worker
-            if self._closed or not isinstance(worker, WorkerProcess) or not worker.alive():
-                return None
-            self._channel_free.clear()
-            return worker
-        finally:
-            self._replacing.release()
+    @contextlib.asynccontextmanager
+    async def _channel(self) -> AsyncIterator[WorkerProcess | None]:
+        """The worker, its channel held for a batch on the event loop (one at a time, and
+        `_channel_free` clear meanwhile); None while a thread replaces it, when it is in
+        process, or once the instance closes."""
+        async with self._turn:
+            worker = None
+            if self._replacing.acquire(blocking=False):  # not while a thread replaces it
+                try:
+                    if not self._closed and isinstance(self._worker, WorkerProcess):
+                        worker = self._worker
+                        self._channel_free.clear()
+                finally:
+                    self._replacing.release()
+            try:
+                yield worker
+            finally:
+                if worker is not None:
+                    self._channel_free.set()
 
     # Everything below runs on the instance's executor thread (`_outcome` on either side).
 
@@ -735,9 +720,16 @@ def _from_thread(send: ResponseSend) -> ResponseSend:
     return emit
 
 
+async def _to_the_end(batch: Coroutine[Any, Any, _T]) -> _T:
+    """A batch that keeps the worker's channel to its end even when its caller leaves (its
+    answer must be read before the next batch's): the caller's cancellation does not reach it,
+    and what it raises after the caller left is read, not logged as never retrieved."""
+    task = asyncio.ensure_future(batch)
+    task.add_done_callback(_retrieved)
+    return await asyncio.shield(task)
+
+
 def _retrieved(batch: asyncio.Future[Any]) -> None:
-    """A batch's outcome, read when its caller left before it ended (asyncio logs any
-    exception nobody read)."""
     if not batch.cancelled():
         batch.exception()
 

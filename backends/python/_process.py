@@ -355,6 +355,14 @@ class WorkerProcess:
                 raise await asyncio.to_thread(self._lost) from None
         return self.receive(deadline_ns)
 
+    async def reply_async(self, batch: int, deadline_ns: int) -> tuple[Any, ...]:
+        """The next message about `batch`, on the event loop; late ones about earlier batches
+        are dropped, as `replies` drops them."""
+        while True:
+            message = await self.receive_async(deadline_ns)
+            if len(message) > 1 and message[1] == batch:
+                return message
+
     async def _ready(self, deadline_ns: int, writing: bool) -> None:
         """Until the socket is ready to read (or write), the deadline passes or _POLL_S has
         gone by, whichever comes first."""
