@@ -34,6 +34,7 @@ from backends.python._frames import RING_BYTES
 from backends.python._instance import worker_spec
 from backends.python._process import AskAnswers, WorkerProcess
 from proto import model_config_pb2 as mc
+from scripts.bench_drivers import CpuMeter
 
 MODEL_PY = """
 import triton_python_backend_utils as pb_utils
@@ -48,12 +49,6 @@ class TritonPythonModel:
 """
 # A ring smaller than any input: every array goes inline, on the socket.
 _SOCKET_ONLY_BYTES = 4096
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _worker_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
 def _measure(
@@ -65,19 +60,19 @@ def _measure(
     answers = AskAnswers(lambda batch, index: False, lambda request: {"error": "none kept"})
     worker = WorkerProcess.start(spec, deadline_ns, answers, ring_bytes)
     try:
-        pid = worker.pid
+        worker_cpu = CpuMeter(worker.pid)
         # One array per request, as a batch holds: the same array twice would be pickled once.
         arrays = [array.copy() for _ in range(requests)]
         for batch in range(20):  # warm: the ring's pages, the worker's imports
             _round_trip(worker, batch, arrays, deadline_ns)
         count = 0
-        cpu_start = time.process_time() + _worker_cpu_s(pid)
+        cpu_start = time.process_time() + worker_cpu.own_seconds()
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
             _round_trip(worker, 100 + count, arrays, deadline_ns)
             count += 1
         wall = time.perf_counter() - start
-        cpu = time.process_time() + _worker_cpu_s(pid) - cpu_start
+        cpu = time.process_time() + worker_cpu.own_seconds() - cpu_start
     finally:
         worker.kill()
     return wall / count * 1e6, cpu / count * 1e6
