@@ -30,8 +30,8 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from backends.python._config import worker_spec
 from backends.python._frames import RING_BYTES
-from backends.python._instance import worker_spec
 from backends.python._process import AskAnswers, WorkerProcess
 from proto import model_config_pb2 as mc
 from scripts.bench_drivers import CpuMeter

@@ -8,7 +8,15 @@ worker registers Convoy's `pb_utils` as `triton_python_backend_utils`, puts the 
 on sys.path, imports model.py by path and calls initialize(args) with Triton's args. Batches go
 over a socketpair as pickles whose arrays travel out of band; the server unpickles nothing but
 plain NumPy arrays. `execute` hands the model the batch's requests as a list (never
-concatenated) and runs on the instance's single-thread executor.
+concatenated). The event loop sends a batch to its worker and reads the answer without a thread;
+the instance's executor thread takes what blocks (restarts, the model's calls to the server,
+an in-process model's execute).
+
+The modules, in a request's order: `_instance` (PythonInstance: a batch's way there and back),
+`_replies` (the execute message, and the worker's replies as checked responses), `_supervisor`
+(the worker started, watched and replaced), `_process` and `_frames` (the worker process and its
+channel), `_worker` and `pb_utils` (the worker's side: Triton's API to model.py), `_local` (the
+same in the server's process), `_calls` (what the model asks the server while its batch runs).
 
 Deadlines (model parameters, see `PythonSettings`): `convoy_execute_timeout_s` (60 s) bounds
 each execute, a decoupled one until every final flag, and finalize(); `convoy_initialize_timeout_s`
@@ -29,7 +37,8 @@ decoupled `exec` streams the called model's responses to the model, which may ca
 """
 
 from backends.python._calls import ModelCaller, ModelControl
-from backends.python._instance import PythonInstance, ResponseSend
+from backends.python._instance import PythonInstance
+from backends.python._replies import ResponseSend
 from backends.python._settings import PythonSettings
 from backends.python._shared import SharedArrays
 

@@ -14,22 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Protocol
 
 import numpy as np
 
 from backends.base import response_parameters
-from backends.python._process import WorkerFailure
+from backends.python._local import LocalWorker
+from backends.python._process import WorkerFailure, WorkerProcess
 
 # One response of a called model's stream: (outputs or None, the error message or None, final).
 Streamed = tuple[dict[str, Any] | None, str | None, bool]
 _CANCELLED = "the request was cancelled by its caller"
 _NO_CALLS = "this server does not serve calls to other models from this model"
+# The messages of a running batch that are the model's questions (the rest are its replies).
+QUESTIONS = frozenset({"call", "next", "cancel", "is_cancelled"})
+LATE_ANSWER_S = 60.0  # how long a call's answer may take to reach a worker busy reading it
 
 
 # The model loading API (`pb_utils.load_model`, `unload_model`, `is_model_ready`): a request
@@ -225,6 +230,29 @@ class Questions:
         self._aside.add(future)
         future.add_done_callback(self._aside.discard)
 
+    def replies(
+        self, worker: WorkerProcess | LocalWorker, batch: int, deadline_ns: int
+    ) -> Iterator[tuple[Any, ...]]:
+        """The batch's replies from `worker`; the model's questions (calls to other models,
+        whether a request was cancelled) are answered on the way."""
+        for reply in worker.replies(batch, deadline_ns):
+            if reply[0] in QUESTIONS:
+                self.answer_in(worker, reply, deadline_ns)
+            else:
+                yield reply
+
+    def answer_in(
+        self, worker: WorkerProcess | LocalWorker, question: tuple[Any, ...], deadline_ns: int
+    ) -> None:
+        """Answer one of `worker`'s questions: a plain call runs aside and a stream's next
+        response is sent when it comes (calls go side by side), the rest at once."""
+        if question[0] == "call" and not question[8]:
+            self.call_aside(question, lambda answer: _send_late(worker, answer))
+        elif question[0] == "next":
+            self.next_aside(question, lambda answer: _send_late(worker, answer))
+        else:
+            worker.send(self.answer(question, deadline_ns), deadline_ns)
+
     def end_batch(self) -> None:
         """Cancel the streams the batch left open and the calls still running aside (their
         callers are gone)."""
@@ -262,3 +290,10 @@ class Questions:
         except Exception as exc:  # the called model's error, as Triton returns it to the caller
             return str(exc)
         return payload_of(outputs)
+
+
+def _send_late(worker: WorkerProcess | LocalWorker, answer: tuple[Any, ...]) -> None:
+    """A call's answer, sent once it finished: a worker that has gone meanwhile (its batch
+    failed, and the failure is the batch's to report) or that no longer takes it is left."""
+    with contextlib.suppress(WorkerFailure):
+        worker.send(answer, time.monotonic_ns() + int(LATE_ANSWER_S * 1e9))

@@ -1,10 +1,12 @@
-"""What a python model's config declares: its signature, output types and Triton's JSON of it."""
+"""What a python model's config declares: its signature, output types and Triton's JSON of it,
+and what an instance's worker is started with."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,8 @@ from backends.base import ModelSignature, TensorSignature
 from backends.errors import ModelLoadError
 from proto import message_json
 from proto import model_config_pb2 as mc
+
+_DEFAULT_MODEL_FILENAME = "model.py"
 
 # Config data types the python backend serves -> the NumPy dtype its arrays have (BYTES: object).
 _NUMPY_DTYPES: dict[int, np.dtype[Any]] = {
@@ -84,3 +88,52 @@ def _numpy_dtype(model: str, tensor: str, data_type: int) -> np.dtype[Any]:
             "backend does not support (BF16 has no NumPy type)"
         )
     return dtype
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """Who an instance is, and what its worker is started with."""
+
+    name: str  # the model's name
+    version: int
+    instance: str  # this instance's name (Triton's model_instance_name)
+    decoupled: bool  # model_transaction_policy { decoupled: true }
+    worker_spec: dict[str, Any]  # the worker's ("initialize", spec) message; never mutated
+
+    def where(self) -> str:
+        return f"model '{self.name}' instance '{self.instance}'"
+
+
+def worker_spec(
+    name: str, model_dir: Path, version: int, config: mc.ModelConfig, backend_file: str = ""
+) -> dict[str, Any]:
+    """What a worker is started with: model.py's path (the version's, or a Python-based
+    backend's), names, and Triton's initialize args."""
+    model_path = (
+        Path(backend_file)
+        if backend_file
+        else model_dir / str(version) / (config.default_model_filename or _DEFAULT_MODEL_FILENAME)
+    )
+    if not model_path.is_file():
+        raise ModelLoadError(
+            f"model '{config.name}' version {version}: '{model_path}' does not exist; the "
+            "python backend needs it to define class TritonPythonModel"
+        )
+    args = {
+        "model_config": config_json(config),
+        "model_instance_kind": "CPU",
+        "model_instance_name": name,
+        "model_instance_device_id": "0",
+        "model_repository": str(model_dir),
+        "model_version": str(version),
+        "model_name": config.name,
+    }
+    return {
+        "model_path": str(model_path),
+        "model_name": config.name,
+        "instance_name": name,
+        "version": version,
+        "decoupled": is_decoupled(config),
+        "iterative": config.sequence_batching.iterative_sequence,
+        "args": args,
+    }

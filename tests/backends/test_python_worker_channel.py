@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.python._instance import worker_spec
+from backends.python._config import worker_spec
 from backends.python._process import AskAnswers, WorkerFailure, WorkerProcess
 from proto import model_config_pb2 as mc
 
