@@ -20,6 +20,24 @@ def check_outputs(
     Numeric arrays are cast only where NumPy calls it safe (int32 -> int64, not float -> int);
     BYTES outputs become object arrays of bytes.
     """
+    if len(produced) == len(specs):  # every declared output, each of a usable type: no extras
+        outputs: dict[str, np.ndarray] = {}
+        for spec in specs:
+            array = produced.get(spec.name)
+            converted = None if array is None else _convert(spec, array)
+            if converted is None:
+                break
+            outputs[spec.name] = converted
+        else:
+            return outputs
+    return _refusal(model, specs, produced)
+
+
+def _refusal(
+    model: str, specs: tuple[OutputSpec, ...], produced: Mapping[str, np.ndarray]
+) -> ExecutionError:
+    """Why a response's outputs do not match the config: an undeclared output first, then a
+    missing one, then one whose type does not convert."""
     declared = {spec.name for spec in specs}
     for name in produced:
         if name not in declared:
@@ -27,7 +45,6 @@ def check_outputs(
                 f"model '{model}': the response has output '{name}', which the config does not "
                 f"declare (declared: {', '.join(sorted(declared))})"
             )
-    outputs: dict[str, np.ndarray] = {}
     for spec in specs:
         array = produced.get(spec.name)
         if array is None:
@@ -35,15 +52,13 @@ def check_outputs(
                 f"model '{model}': the response is missing output '{spec.name}', which the "
                 "config declares"
             )
-        converted = _convert(spec, array)
-        if converted is None:
+        if _convert(spec, array) is None:
             return ExecutionError(
                 f"model '{model}': output '{spec.name}' has numpy dtype {array.dtype}, but the "
                 f"config declares {mc.DataType.Name(spec.data_type)} ({spec.dtype}) and "
                 f"{array.dtype} does not convert to it safely"
             )
-        outputs[spec.name] = converted
-    return outputs
+    raise AssertionError("outputs that match the config were refused")
 
 
 def _convert(spec: OutputSpec, array: np.ndarray) -> np.ndarray | None:

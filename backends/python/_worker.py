@@ -199,7 +199,7 @@ class ModelServer:
                 self._batch = None
         execute_ns = time.monotonic_ns() - start_ns
         rescheduled = []
-        for index, request in enumerate(requests):
+        for index, request in enumerate(requests if self._iterative else ()):
             if request.release_flags() & pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
                 moved_on[index] = True
                 if not finals[index]:  # a request that sent its final flag has ended
