@@ -25,6 +25,7 @@ from backends.device import (
     cuda_device_count,
     cuda_memory_total_bytes,
     device_memory,
+    driver_device_count,
     import_cupy,
     is_device_array,
     on_host,
@@ -48,6 +49,7 @@ from backends.python import (
     PythonInstance,
     PythonSettings,
     SharedArrays,
+    python_placements,
 )
 from backends.pytorch import AotiInstance, TorchInstance, TorchSettings, torch_placements
 
@@ -88,12 +90,14 @@ __all__ = [
     "cuda_device_count",
     "cuda_memory_total_bytes",
     "device_memory",
+    "driver_device_count",
     "import_cupy",
     "is_device_array",
     "load_instance",
     "on_host",
     "plan_placements",
     "prepare_inputs",
+    "python_placements",
     "read_onnx_signature",
     "response_parameters",
     "split_outputs",

@@ -5,6 +5,7 @@ and the growing staging buffers that batches are assembled in."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import functools
 import importlib
@@ -80,6 +81,20 @@ def cuda_device_count() -> int:
         cupy = importlib.import_module("cupy")
         return int(cupy.cuda.runtime.getDeviceCount())
     except Exception:  # ImportError, CUDARuntimeError, a CuPy that cannot find its libraries
+        return 0
+
+
+def driver_device_count() -> int:
+    """CUDA devices the NVIDIA driver reports to this process (CUDA_VISIBLE_DEVICES applies), with
+    no CUDA library of Python's: what a Python model's own framework will find. 0 without a
+    driver; never raises."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    except OSError:  # no driver library: no GPU
         return 0
 
 

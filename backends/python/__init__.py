@@ -38,6 +38,7 @@ decoupled `exec` streams the called model's responses to the model, which may ca
 
 from backends.python._calls import ModelCaller, ModelControl
 from backends.python._instance import PythonInstance
+from backends.python._placement import python_placements
 from backends.python._replies import ResponseSend
 from backends.python._settings import PythonSettings
 from backends.python._shared import SharedArrays
@@ -49,4 +50,5 @@ __all__ = [
     "PythonSettings",
     "ResponseSend",
     "SharedArrays",
+    "python_placements",
 ]

@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 
 from backends.base import ModelSignature, TensorSignature
+from backends.device import Device
 from backends.errors import ModelLoadError
 from proto import message_json
 from proto import model_config_pb2 as mc
 
 _DEFAULT_MODEL_FILENAME = "model.py"
+_CPU = Device.cpu()
 
 # Config data types the python backend serves -> the NumPy dtype its arrays have (BYTES: object).
 _NUMPY_DTYPES: dict[int, np.dtype[Any]] = {
@@ -105,10 +107,15 @@ class InstanceSpec:
 
 
 def worker_spec(
-    name: str, model_dir: Path, version: int, config: mc.ModelConfig, backend_file: str = ""
+    name: str,
+    model_dir: Path,
+    version: int,
+    config: mc.ModelConfig,
+    backend_file: str = "",
+    device: Device = _CPU,
 ) -> dict[str, Any]:
     """What a worker is started with: model.py's path (the version's, or a Python-based
-    backend's), names, and Triton's initialize args."""
+    backend's), names, and Triton's initialize args, which name the instance's `device`."""
     model_path = (
         Path(backend_file)
         if backend_file
@@ -121,9 +128,9 @@ def worker_spec(
         )
     args = {
         "model_config": config_json(config),
-        "model_instance_kind": "CPU",
+        "model_instance_kind": "GPU" if device.is_cuda else "CPU",
         "model_instance_name": name,
-        "model_instance_device_id": "0",
+        "model_instance_device_id": str(device.id),
         "model_repository": str(model_dir),
         "model_version": str(version),
         "model_name": config.name,

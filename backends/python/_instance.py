@@ -99,14 +99,16 @@ class PythonInstance:
         shared: SharedArrays | None = None,
         metrics: CustomMetrics | None = None,
         control: ModelControl | None = None,
+        device: Device = _CPU,
     ) -> PythonInstance:
         """Start the worker and run initialize(); blocking, so call it from a thread.
 
         `caller` serves the model's `InferenceRequest.exec` (business logic scripting); `shared`
         holds the arrays the version's instances share (`pb_utils.shared_array`); `metrics`
         keeps the families the model registers (`pb_utils.MetricFamily`); `control` serves its
-        model loading API (`pb_utils.load_model`)."""
-        spec = worker_spec(name, model_dir, version, config, settings.backend_file)
+        model loading API (`pb_utils.load_model`); `device` is the instance's place, which
+        initialize's args name (its tensors stay host arrays)."""
+        spec = worker_spec(name, model_dir, version, config, settings.backend_file, device)
         settings = settings.resolved(config.name, model_dir)  # the loader's are already
         if shared is not None:
             spec["shared_dir"] = shared.acquire()

@@ -231,11 +231,31 @@ class Tensor:
 
     @staticmethod
     def from_dlpack(name: str, dlpack_object: Any) -> Tensor:
-        """A tensor over a DLPack producer (anything with `__dlpack__`) or a DLPack capsule."""
-        producer = (
-            dlpack_object if hasattr(dlpack_object, "__dlpack__") else _Capsule(dlpack_object)
-        )
-        return Tensor(name, np.from_dlpack(producer))
+        """A tensor over a DLPack producer (anything with `__dlpack__`) or a DLPack capsule.
+
+        Host memory is shared, not copied. A producer on a device (a CUDA tensor of PyTorch or
+        CuPy) is asked for a host copy, as DLPack 1.0 lets a consumer ask: Convoy's python
+        backend keeps a model's tensors in host memory."""
+        if not hasattr(dlpack_object, "__dlpack__"):
+            try:
+                return Tensor(name, np.from_dlpack(_Capsule(dlpack_object)))
+            except BufferError as exc:
+                raise TritonModelException(
+                    f"tensor '{name}': {exc}; a DLPack capsule of device memory cannot be copied "
+                    "to host memory here: pass the tensor itself (it has __dlpack__), which is "
+                    "asked for a host copy"
+                ) from None
+        device_type, device_id = dlpack_object.__dlpack_device__()
+        if device_type == _Capsule.KDLCPU:
+            return Tensor(name, np.from_dlpack(dlpack_object))
+        try:
+            return Tensor(name, np.from_dlpack(dlpack_object, device="cpu", copy=True))
+        except (BufferError, TypeError, RuntimeError, ValueError) as exc:
+            raise TritonModelException(
+                f"tensor '{name}' is on DLPack device ({device_type}, {device_id}), and its "
+                f"producer could not copy it to host memory ({exc}); Convoy's python backend "
+                "keeps tensors in host memory: pass a host array (for example tensor.cpu())"
+            ) from None
 
     def name(self) -> str:
         return self._name
@@ -266,7 +286,7 @@ class Tensor:
 class _Capsule:
     """Lets NumPy consume a bare DLPack capsule, which it only takes through `__dlpack__`."""
 
-    _KDLCPU = 1  # DLPack's device type for host memory
+    KDLCPU = 1  # DLPack's device type for host memory
 
     def __init__(self, capsule: Any) -> None:
         self._capsule = capsule
@@ -275,7 +295,7 @@ class _Capsule:
         return self._capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (self._KDLCPU, 0)
+        return (self.KDLCPU, 0)
 
 
 class InferenceResponse:

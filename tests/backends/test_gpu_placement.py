@@ -1,9 +1,10 @@
-"""Placing instances by Triton's instance group rules: pure, so every case runs on CPU."""
+"""Placing instances by Triton's instance group rules (ONNX Runtime's and Python models'): pure,
+so every case runs on CPU."""
 
 import pytest
 from google.protobuf import text_format
 
-from backends import Device, ModelLoadError, Placement, plan_placements
+from backends import Device, ModelLoadError, Placement, plan_placements, python_placements
 from proto import model_config_pb2 as mc
 
 CPU = Device.cpu()
@@ -102,3 +103,33 @@ def test_kind_cpu_with_gpus_and_kind_model_are_load_errors() -> None:
         plan_placements(_config("instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]"), 1)
     with pytest.raises(ModelLoadError, match="KIND_MODEL"):
         plan_placements(_config("instance_group [ { kind: KIND_MODEL } ]"), 1)
+
+
+def _python(groups: str) -> mc.ModelConfig:
+    return text_format.Parse(f'name: "p"\nbackend: "python"\n{groups}', mc.ModelConfig())
+
+
+def test_a_python_model_runs_kind_gpu_groups_on_their_gpus() -> None:
+    config = _python(
+        "instance_group [ { name: 'g' count: 2 kind: KIND_GPU gpus: [ 1 ] }, "
+        "{ name: 'c' kind: KIND_CPU } ]"
+    )
+    placements = python_placements(config, gpus=2)
+    assert _devices(placements) == [GPU1, GPU1, CPU]  # a CPU group without a count: one
+    assert [p.group for p in placements] == ["g", "g", "c"]
+
+
+def test_a_python_model_runs_on_cpu_unless_a_group_asks_for_a_gpu() -> None:
+    # KIND_AUTO (and no group at all) means the CPU for a Python model, GPUs or not.
+    assert _devices(python_placements(_python(""), gpus=2)) == [CPU]
+    auto = _python("instance_group [ { count: 2 kind: KIND_AUTO } ]")
+    assert _devices(python_placements(auto, gpus=2)) == [CPU, CPU]
+    assert not any(p.auto or p.note for p in python_placements(auto, gpus=0))
+
+
+def test_a_python_kind_gpu_group_without_a_gpu_is_a_load_error() -> None:
+    config = _python("instance_group [ { kind: KIND_CPU }, { name: 'g' kind: KIND_GPU } ]")
+    with pytest.raises(ModelLoadError, match="instance group 'g' has kind KIND_GPU, but the "):
+        python_placements(config, gpus=0)
+    with pytest.raises(ModelLoadError, match="asks for GPU 2"):
+        python_placements(_python("instance_group [ { kind: KIND_GPU gpus: [2] } ]"), gpus=2)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from backends import ExecutionError, ModelLoadError
+from backends import Device, ExecutionError, ModelLoadError
 from backends.python import PythonInstance, PythonSettings
 from proto import model_config_pb2 as mc
 
@@ -305,6 +305,38 @@ async def test_initialize_gets_tritons_args(load: Loader, tmp_path: Path) -> Non
     assert config["parameters"]["greeting"]["string_value"] == "hi"
     assert config["max_batch_size"] == 0  # fields at their default are there too
     assert config["input"][0]["dims"] == [1]
+
+
+async def test_a_gpu_instance_is_told_its_device(tmp_path: Path) -> None:
+    """A KIND_GPU instance's initialize args name the GPU, as Triton's do; its model's own code
+    puts work there (this one does not touch CUDA, so it runs without a GPU)."""
+    source = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.place = [args["model_instance_kind"], args["model_instance_device_id"]]
+
+        def execute(self, requests):
+            s = np.array(self.place, dtype=np.object_)
+            f = pb_utils.Tensor("F", np.zeros(2, np.float32))
+            return [pb_utils.InferenceResponse([f, pb_utils.Tensor("S", s)]) for _ in requests]
+    """
+    model_dir = tmp_path / "gpu"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(textwrap.dedent(source))
+    config = text_format.Parse(CHECKED, mc.ModelConfig(name="gpu", backend="python"))
+    settings = PythonSettings.from_config(config)
+    instance = await asyncio.to_thread(
+        PythonInstance.load, "gpu_0", model_dir, 1, config, settings, device=Device.cuda(1)
+    )
+    try:
+        (response,) = (await instance.execute([{"MODE": np.array([0], np.int32)}])).responses
+        assert isinstance(response, dict) and response["S"].tolist() == [b"GPU", b"1"]
+        assert instance.device == Device.cpu()  # its tensors are host arrays all the same
+    finally:
+        instance.close()
 
 
 async def test_async_execute_is_awaited(load: Loader) -> None:

@@ -66,6 +66,39 @@ def test_dlpack_round_trip() -> None:
     assert np.from_dlpack(from_producer).tolist() == array.tolist()
 
 
+class _DeviceArray:
+    """A DLPack producer on a CUDA device (DLPack device type 2), as DLPack 1.0 describes one:
+    it exports its memory to a host consumer only as a copy the consumer asks for."""
+
+    def __init__(self, host: np.ndarray, copies: bool = True) -> None:
+        self._host = host
+        self._copies = copies
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 1)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: object = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> object:
+        if self._copies and dl_device is not None and tuple(dl_device) == (1, 0) and copy:
+            return self._host.copy().__dlpack__(max_version=max_version)
+        raise BufferError("the memory is on CUDA device 1")
+
+
+def test_a_device_tensor_from_dlpack_becomes_a_host_copy() -> None:
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = pb_utils.Tensor.from_dlpack("OUT", _DeviceArray(array))
+    np.testing.assert_array_equal(tensor.as_numpy(), array)
+    assert tensor.is_cpu() and tensor.as_numpy().dtype == np.float32
+    with pytest.raises(pb_utils.TritonModelException, match=r"on DLPack device \(2, 1\)"):
+        pb_utils.Tensor.from_dlpack("OUT", _DeviceArray(array, copies=False))
+
+
 def test_triton_error_codes() -> None:
     error = pb_utils.TritonError("bad input")
     assert error.message() == "bad input"

@@ -21,6 +21,7 @@ import tritonclient.grpc.aio as aioclient
 from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
+from backends import driver_device_count
 from scripts import models
 
 SCALE = """
@@ -307,6 +308,27 @@ def test_auto_complete_config_supplies_what_the_config_leaves_out(
         index = {m["name"]: m for m in triton.get_model_repository_index(as_json=True)["models"]}
         assert index["bare"]["state"] == "UNAVAILABLE"
         assert "declares its inputs and outputs" in index["bare"]["reason"]
+
+
+@pytest.mark.skipif(driver_device_count() > 0, reason="a GPU is here: a KIND_GPU group loads")
+def test_a_kind_gpu_python_model_without_a_gpu_fails_alone_with_the_reason(
+    tmp_path: Path, start_server: StartServer, python_mode: str
+) -> None:
+    repo = tmp_path / "repo"
+    gpu = "instance_group [ { kind: KIND_GPU } ]\n"
+    models.write_python_model(repo, "on_gpu", SCALE, _config("on_gpu", extra=gpu))
+    models.write_python_model(repo, "on_cpu", SCALE, _config("on_cpu", 2.0))
+    server = start_server(place_python_models(repo, python_mode), "--strict-readiness", "false")
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        index = {m["name"]: m for m in triton.get_model_repository_index(as_json=True)["models"]}
+        assert index["on_gpu"]["state"] == "UNAVAILABLE"
+        assert (
+            "instance group 'on_gpu_0' has kind KIND_GPU, but the NVIDIA driver reports no "
+            in (index["on_gpu"]["reason"])
+        )
+        x = np.ones((1, 4), np.float32)
+        y = triton.infer("on_cpu", [infer_input("X", x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, x * 2)
 
 
 def test_request_parameters_reach_a_python_model_without_the_reserved_ones(

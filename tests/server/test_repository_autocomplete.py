@@ -141,12 +141,6 @@ def test_batching_needs_a_dynamic_first_dimension() -> None:
             'backend: "openvino" instance_group [ { kind: KIND_GPU } ]',
             "openVINO backend supports only CPU device",
         ),
-        (
-            'backend: "python" input [{ name: "X" data_type: TYPE_FP32 dims: [1] }] '
-            'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }] '
-            "instance_group [ { kind: KIND_GPU } ]",
-            "Python models run on CPU",
-        ),
     ],
 )
 def test_unsupported_backends_and_devices(text: str, expected: str) -> None:

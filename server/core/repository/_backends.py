@@ -15,8 +15,10 @@ from backends import (
     Placement,
     TorchInstance,
     cuda_device_count,
+    driver_device_count,
     load_instance,
     plan_placements,
+    python_placements,
     torch_placements,
 )
 from backends.pytorch import torch_cuda_device_count
@@ -89,11 +91,11 @@ def python_backend_file(config: mc.ModelConfig, directory: Path | None) -> Path 
     return None
 
 
-def plan(config: mc.ModelConfig) -> list[Placement]:
-    """One placement per instance from the config as written; none for Python models, whose
-    count the completed config gives."""
-    if config.backend == PYTHON_BACKEND:
-        return []
+def plan(config: mc.ModelConfig, python_based: bool = False) -> list[Placement]:
+    """One placement per instance from the config as written (`python_based`: a Python-based
+    backend's model.py runs the model)."""
+    if config.backend == PYTHON_BACKEND or python_based:
+        return python_placements(config)
     if config.backend == PYTORCH_BACKEND:
         return torch_placements(config)
     if config.backend == OPENVINO_BACKEND:
@@ -105,12 +107,16 @@ def default_instance_count(config: mc.ModelConfig) -> int:
     return _ORT_DEFAULT_COUNT if config.backend == ONNX_BACKEND else 1
 
 
-def device_count(config: mc.ModelConfig) -> int:
-    """The CUDA devices this backend can use, for KIND_AUTO groups in the completed config."""
+def device_count(config: mc.ModelConfig, python_based: bool = False) -> int:
+    """The CUDA devices this backend can use, for the GPU groups of the completed config."""
     if config.backend == ONNX_BACKEND:
         return cuda_device_count()
     if config.backend == PYTORCH_BACKEND:
         return torch_cuda_device_count()
+    if (config.backend == PYTHON_BACKEND or python_based) and any(
+        group.kind == mc.ModelInstanceGroup.KIND_GPU for group in config.instance_group
+    ):
+        return driver_device_count()
     return 0
 
 

@@ -14,18 +14,11 @@ from proto import model_config_pb2 as mc
 def instance_group(
     config: mc.ModelConfig, placements: Sequence[Placement], index: int
 ) -> mc.ModelInstanceGroup:
-    """The group instance `index` belongs to: its placement's, or (a Python model, placed by
-    counts) the group whose count it falls in; an empty group when none is known."""
+    """The group instance `index` belongs to (its placement's); an empty group when none is
+    known."""
     groups = list(config.instance_group)
-    if placements:
-        by_name = {group.name or f"{config.name}_{i}": group for i, group in enumerate(groups)}
-        return by_name.get(placements[index].group, mc.ModelInstanceGroup())
-    for group in groups:
-        count = max(group.count, 1)
-        if index < count:
-            return group
-        index -= count
-    return mc.ModelInstanceGroup()
+    by_name = {group.name or f"{config.name}_{i}": group for i, group in enumerate(groups)}
+    return by_name.get(placements[index].group, mc.ModelInstanceGroup())
 
 
 def instance_needs(

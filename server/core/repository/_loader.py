@@ -169,7 +169,7 @@ class _Opening:
     path: Path  # the model directory
     version: int
     model_file: Path
-    placements: Sequence[Placement]  # one per instance; none for Python
+    placements: Sequence[Placement]  # one per instance
     caller: ModelCaller  # how a Python model's `InferenceRequest.exec` reaches other models
     completion: AutoComplete  # what the model file may fill into the config
     limiter: RateLimiter | None  # the server's rate limiter (None: off)
@@ -203,7 +203,7 @@ async def _build_version(
     if previous is not None and previous.source == source:
         return previous
     # Planned from the config as written: the first instance opens before auto-complete.
-    placements = [] if backend_file is not None else plan(config)
+    placements = plan(config, python_based=backend_file is not None)
     opening = _Opening(
         path,
         version,
@@ -258,10 +258,10 @@ async def _new_version(
                     PythonInstance.complete_config, path, version, config, opening.python
                 )
             check_python_io(config)
-            effective = _complete(config, ModelSignature((), ()), opening.completion)
+            effective = _complete(config, ModelSignature((), ()), opening.completion, True)
         else:
             instances.append(await _open_instance(config, opening, 0))
-            effective = _complete(config, instances[0].signature, opening.completion)
+            effective = _complete(config, instances[0].signature, opening.completion, False)
             effective = report_providers(effective, instances[0])
             ragged = check_signature(effective, instances[0].signature)
         policy = BatchPolicy.from_config(effective)
@@ -269,7 +269,7 @@ async def _new_version(
         sequences = (
             sequence_policy(effective, path) if effective.HasField("sequence_batching") else None
         )
-        count = len(placements) if placements else _instance_count(effective)
+        count = len(placements)
         for index in range(len(instances), count):
             instances.append(await _open_instance(effective, opening, index))
         reshape = Reshape.from_config(effective)
@@ -351,6 +351,7 @@ async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) 
             opening.shared,
             opening.metrics,
             opening.control,
+            opening.placements[index].device,
         )
     return await asyncio.to_thread(
         open_instance, config, name, opening.model_file, opening.placements[index]
@@ -388,14 +389,14 @@ def _instance_of(executor: Executor) -> Instance:
 
 
 def _complete(
-    config: mc.ModelConfig, signature: ModelSignature, completion: AutoComplete
+    config: mc.ModelConfig, signature: ModelSignature, completion: AutoComplete, python: bool
 ) -> mc.ModelConfig:
     return autocomplete(
         config,
         signature,
         completion,
         default_instance_count=default_instance_count(config),
-        cuda_device_count=device_count(config),
+        cuda_device_count=device_count(config, python_based=python),
     )
 
 
@@ -411,10 +412,6 @@ def _preparation(reshape: Reshape | None, strings: bool) -> Prepare | None:
 
 def _takes_strings(config: mc.ModelConfig) -> bool:
     return any(t.data_type == mc.TYPE_STRING for t in config.input)
-
-
-def _instance_count(config: mc.ModelConfig) -> int:
-    return sum(group.count for group in config.instance_group)
 
 
 def _only_counts_differ(old: bytes, new: bytes) -> bool:
@@ -434,10 +431,11 @@ async def _resize(
     """Add or retire instances in place; the version keeps serving throughout."""
     batcher = target.scheduler
     assert isinstance(batcher, Batcher | SequenceBatcher)  # only versions with instances
-    effective = _complete(config, target.instances[0].signature, opening.completion)
+    python = opening.python is not None
+    effective = _complete(config, target.instances[0].signature, opening.completion, python)
     effective = report_providers(effective, target.instances[0])
     placements = opening.placements
-    wanted = len(placements) if placements else _instance_count(effective)
+    wanted = len(placements)
     while len(target.instances) < wanted:
         instance = await _open_instance(effective, opening, len(target.instances))
         first = len(target.instances)

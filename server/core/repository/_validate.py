@@ -71,11 +71,6 @@ def check_backend(config: mc.ModelConfig, python_based: bool = False) -> None:
     if config.max_batch_size < 0:
         raise ConfigError(f"model '{config.name}': max_batch_size must be >= 0")
     for group in config.instance_group:
-        if python and (group.kind == mc.ModelInstanceGroup.KIND_GPU or group.gpus):
-            raise ConfigError(
-                f"model '{config.name}': instance group '{group.name}' asks for a GPU; "
-                "Python models run on CPU"
-            )
         if openvino and (group.kind == mc.ModelInstanceGroup.KIND_GPU or group.gpus):
             raise ConfigError(
                 f"unable to load model '{config.name}', Triton openVINO backend supports only "
