@@ -171,7 +171,7 @@ class Engine:
     ) -> tuple[ModelVersion, RequestResult]:
         if target is None:
             target = await self._target(request.model, request.version)
-        if target.router is not None:
+        if target.config.model_transaction_policy.decoupled:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -260,6 +261,21 @@ def serve_command(repository: Path, *flags: str) -> list[str]:
         "0",
         *flags,
     ]
+
+
+def generate_stream(http_port: int, model: str, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The events of one HTTP `generate_stream` request to a server on 127.0.0.1, in order."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http_port}/v2/models/{model}/generate_stream",
+        data=json.dumps(body).encode(),
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/event-stream")
+        return [
+            json.loads(line[len(b"data: ") :])
+            for line in answer.read().splitlines()
+            if line.startswith(b"data: ")
+        ]
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import queue
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import StartServer, infer_input, place_python_models
+from e2e_support import StartServer, generate_stream, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -80,17 +79,7 @@ def test_generate_stream_sends_every_response_of_a_decoupled_model(
     tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
     server = start_server(place_python_models(_repository(tmp_path), python_mode))
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{server.http_port}/v2/models/repeat/generate_stream",
-        data=json.dumps({"COUNT": 3}).encode(),
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.headers["Content-Type"].startswith("text/event-stream")
-        events = [
-            json.loads(line[len(b"data: ") :])
-            for line in answer.read().splitlines()
-            if line.startswith(b"data: ")
-        ]
+    events = generate_stream(server.http_port, "repeat", {"COUNT": 3})
     assert [e["INDEX"] for e in events] == [0, 1, 2]
     assert {e["model_name"] for e in events} == {"repeat"}
 
@@ -211,8 +200,8 @@ def test_a_decoupled_models_instance_count_changes_in_place(
 def test_an_ensemble_step_on_a_decoupled_model_takes_its_one_response(
     tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
-    """A decoupled model that sends one response serves as an ensemble's step; one that sends
-    another count fails the request, saying so (Convoy does not fan a step's responses out)."""
+    """Asked through ModelInfer, an ensemble whose step is a decoupled model answers once: one
+    response of the step serves, another count fails the request, saying so."""
     repo = _repository(tmp_path)
     (repo / "ensemble" / "1").mkdir(parents=True)
     (repo / "ensemble" / "config.pbtxt").write_text(
@@ -230,3 +219,126 @@ def test_an_ensemble_step_on_a_decoupled_model_takes_its_one_response(
         with pytest.raises(InferenceServerException, match="sent 3 responses") as refused:
             triton.infer("ensemble", three)
         assert "UNIMPLEMENTED" in str(refused.value.status())
+
+
+ADD = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.add = int(config["parameters"]["add"]["string_value"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x + self.add)]))
+        return responses
+"""
+
+
+def _add_model(repo: Path, name: str, add: int) -> None:
+    models.write_python_model(
+        repo,
+        name,
+        ADD,
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        f'parameters {{ key: "add" value: {{ string_value: "{add}" }} }}\n',
+    )
+
+
+def _pipeline(repo: Path, max_inflight: int, name: str = "pipeline", extra: str = "") -> None:
+    """`pipeline`: `pre` (+0, once per request) -> `repeat` (decoupled: COUNT responses) ->
+    `post` (+100, once per response); its outputs are repeat's INDEX and post's."""
+    if not (repo / "pre").exists():
+        _add_model(repo, "pre", 0)
+        _add_model(repo, "post", 100)
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n{extra}'
+        'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] }, '
+        '{ name: "J" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        f"ensemble_scheduling {{ max_inflight_requests: {max_inflight} step [ "
+        '{ model_name: "pre" model_version: -1 '
+        'input_map { key: "X" value: "N" } output_map { key: "Y" value: "n" } }, '
+        '{ model_name: "repeat" model_version: -1 '
+        'input_map { key: "COUNT" value: "n" } output_map { key: "INDEX" value: "I" } }, '
+        '{ model_name: "post" model_version: -1 '
+        'input_map { key: "X" value: "I" } output_map { key: "Y" value: "J" } } ] }\n'
+    )
+
+
+@pytest.mark.parametrize("max_inflight", [0, 1])
+def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_rest(
+    tmp_path: Path, start_server: StartServer, python_mode: str, max_inflight: int
+) -> None:
+    """Triton's fan-out: each response of the decoupled step runs the steps after it and
+    reaches the client as one response of the ensemble; the step before it runs once."""
+    repo = _repository(tmp_path)
+    _pipeline(repo, max_inflight)
+    declared = "model_transaction_policy { decoupled: true }\n"
+    _pipeline(repo, max_inflight, "declared", declared)
+    server = start_server(place_python_models(repo, python_mode))
+    results: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    counts = {"a": 3, "b": 0, "c": 2}
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        triton.start_stream(callback=lambda result, error: results.put((result, error)))
+        for request_id, count in counts.items():
+            n = [infer_input("N", np.array([[count]], np.int32), "INT32")]
+            triton.async_stream_infer(
+                "pipeline", n, request_id=request_id, enable_empty_final_response=True
+            )
+        seen: dict[str, list[tuple[int, int]]] = {request_id: [] for request_id in counts}
+        finals = set()
+        for _ in range(sum(counts.values()) + len(counts)):
+            result, error = results.get(timeout=20)
+            assert error is None and result is not None, error
+            response = result.get_response()
+            if response.parameters["triton_final_response"].bool_param:
+                finals.add(response.id)
+                continue
+            i, j = result.as_numpy("I"), result.as_numpy("J")
+            seen[response.id].append((int(i.ravel()[0]), int(j.ravel()[0])))
+        # A step that fails ends its request with the step's error; a declared decoupled
+        # ensemble streams the same way.
+        bad = [infer_input("N", np.array([[-1]], np.int32), "INT32")]
+        triton.async_stream_infer("pipeline", bad, request_id="bad")
+        _, error = results.get(timeout=20)
+        assert error is not None and "COUNT must be >= 0" in str(error)
+        two = [infer_input("N", np.array([[2]], np.int32), "INT32")]
+        triton.async_stream_infer("declared", two, request_id="declared")
+        declared_j = sorted(int(results.get(timeout=20)[0].as_numpy("J")[0][0]) for _ in "ab")
+        triton.stop_stream()
+        assert declared_j == [100, 101]
+        assert finals == set(counts)
+        assert {rid: sorted(pairs) for rid, pairs in seen.items()} == {
+            rid: [(index, index + 100) for index in range(count)] for rid, count in counts.items()
+        }
+        with pytest.raises(InferenceServerException, match="decoupled transaction policy"):
+            triton.infer("declared", two)  # declared decoupled: ModelInfer refuses, as Triton
+        stats = {
+            s["name"]: int(s.get("inference_count", 0))
+            for s in triton.get_inference_statistics(as_json=True)["model_stats"]
+        }
+        assert stats["pre"] == len(counts) + 2  # once per request
+        assert stats["post"] == sum(counts.values()) + 2  # once per response
+
+        # Answered once: one response passes, more are refused with the count.
+        one = [infer_input("N", np.array([[1]], np.int32), "INT32")]
+        answer = triton.infer("pipeline", one)
+        assert answer.as_numpy("I").tolist() == [[0]] and answer.as_numpy("J").tolist() == [[100]]
+        three = [infer_input("N", np.array([[3]], np.int32), "INT32")]
+        with pytest.raises(InferenceServerException, match="sent 3 responses") as refused:
+            triton.infer("pipeline", three)
+        assert "UNIMPLEMENTED" in str(refused.value.status())
+
+    events = generate_stream(server.http_port, "pipeline", {"N": 2})
+    assert sorted((e["I"], e["J"]) for e in events) == [(0, 100), (1, 101)]

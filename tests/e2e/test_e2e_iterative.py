@@ -6,9 +6,7 @@ continuous batching, over gRPC and HTTP, decoupled or not, in both Python modes.
 from __future__ import annotations
 
 import asyncio
-import json
 import queue
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
-from e2e_support import StartServer, infer_input, place_python_models
+from e2e_support import StartServer, generate_stream, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -157,16 +155,7 @@ def test_an_iterative_decoupled_model_streams_every_step_and_batches_newcomers_w
     assert max(batches) > 1  # requests at different steps ran in one execution
 
     # HTTP's generate_stream: one event per step.
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{server.http_port}/v2/models/steps_stream/generate_stream",
-        data=json.dumps({"COUNT": 4}).encode(),
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        events = [
-            json.loads(line[len(b"data: ") :])
-            for line in answer.read().splitlines()
-            if line.startswith(b"data: ")
-        ]
+    events = generate_stream(server.http_port, "steps_stream", {"COUNT": 4})
     assert [event["STEP"] for event in events] == [1, 2, 3, 4]
 
 

@@ -77,7 +77,13 @@ from server.core.repository._versions import list_versions, select_versions
 from server.core.repository._warmup import Prepare, warm_up
 from server.core.serving import RaggedExecutor, RaggedPlan
 from server.core.serving.decoupled import DecoupledExecutor, DecoupledRouter
-from server.core.serving.ensemble import EnsembleScheduler, is_ensemble, plan_ensemble
+from server.core.serving.ensemble import (
+    EnsemblePlan,
+    EnsembleScheduler,
+    EnsembleStreams,
+    is_ensemble,
+    plan_ensemble,
+)
 from server.core.serving.reshape import Reshape
 from server.core.serving.submit import model_caller
 
@@ -320,6 +326,8 @@ async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) 
     stats = ModelStats()
     scheduler = EnsembleScheduler(plan, peers.resolve, stats.record_execution)
     await scheduler.start()
+    decoupled = config.model_transaction_policy.decoupled
+    router = EnsembleStreams(scheduler) if decoupled or _streams(plan, peers) else None
     _log.info("loaded ensemble '%s' version %d (%d steps)", config.name, version, len(plan.steps))
     return ModelVersion(
         config.name,
@@ -332,7 +340,20 @@ async def _ensemble_version(config: mc.ModelConfig, version: int, peers: Peers) 
         VersionSource(config.SerializeToString(deterministic=True), (0, 0)),
         0,
         time.monotonic() - started_s,
+        router=router,
     )
+
+
+def _streams(plan: EnsemblePlan, peers: Peers) -> bool:
+    """Whether a step of the ensemble streams its responses (a decoupled model, or an ensemble
+    with such a step), as its composing models are loaded now."""
+    for step in plan.steps:
+        try:
+            if peers.resolve(step.model, step.version).router is not None:
+                return True
+        except ServerError:  # not ready: its step fails when a request reaches it
+            continue
+    return False
 
 
 async def _open_instance(config: mc.ModelConfig, opening: _Opening, index: int) -> Instance:
@@ -367,13 +388,14 @@ def _shared_of(version: ModelVersion) -> SharedArrays:
 
 
 def _executor(
-    instance: Instance, router: DecoupledRouter | None, plan: RaggedPlan | None
+    instance: Instance, router: DecoupledRouter | EnsembleStreams | None, plan: RaggedPlan | None
 ) -> Executor:
     """What the batcher runs an instance through: a decoupled model's router, or a ragged
     model's batch assembly (never both: a decoupled model is a Python one)."""
     if router is None:
         return _ragged(instance, plan)
-    assert isinstance(instance, PythonInstance)  # only Python models may be decoupled
+    # Only Python models may be decoupled; an ensemble has no instances.
+    assert isinstance(instance, PythonInstance) and isinstance(router, DecoupledRouter)
     return router.executor(instance)
 
 

@@ -15,6 +15,7 @@ from server.contract.model_io import ModelIO
 from server.core.cache import VersionCache
 from server.core.observability.stats import ModelStats
 from server.core.serving import DecoupledRouter, Scheduler
+from server.core.serving.ensemble import EnsembleStreams
 from server.core.serving.reshape import Reshape
 
 UNLOADED = "unloaded"  # the reason RepositoryIndex gives for a model that is not loaded
@@ -46,7 +47,8 @@ class ModelVersion:
     load_s: float  # how long building this version took (instances, warmup, batcher)
     # Per-request conversion the backend needs before batching (None: arrays go as they are).
     prepare: Callable[[TensorMap], dict[str, Any]] | None = None
-    router: DecoupledRouter | None = None  # a decoupled model's responses go through it
+    # A decoupled model's responses go through it, or those of an ensemble step that streams.
+    router: DecoupledRouter | EnsembleStreams | None = None
     reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
     cache: VersionCache | None = None  # its response cache, when the server and config enable it
     resource_wait: ResourceWait | None = None  # its instances' rate-limiter waits (None: off)

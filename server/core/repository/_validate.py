@@ -63,9 +63,9 @@ def check_backend(config: mc.ModelConfig, python_based: bool = False) -> None:
             "OpenVINO); "
             + ("a Python model receives each request apart" if python else "an ensemble has none")
         )
-    if config.model_transaction_policy.decoupled and not python:
+    if config.model_transaction_policy.decoupled and not (python or is_ensemble(config)):
         raise ConfigError(
-            f"model '{config.name}': only Python models can be decoupled "
+            f"model '{config.name}': only Python models and ensembles can be decoupled "
             "(model_transaction_policy { decoupled: true })"
         )
     if config.max_batch_size < 0:

@@ -137,21 +137,34 @@ async def infer_on(
                 answers.append(item.outputs)
     if len(answers) != 1:
         raise UnsupportedError(
-            f"model '{target.name}' is decoupled and sent {len(answers)} responses to a request "
-            "that takes one (an ensemble's step, or a Python model's exec() without "
-            "decoupled=True, which streams them): Convoy does not stream a decoupled step's "
-            "responses through an ensemble"
+            f"model '{target.name}' streams its responses and sent {len(answers)} responses to "
+            "a request answered once (a call of ModelInfer or HTTP infer on an ensemble, or a "
+            "Python model's exec() without decoupled=True): ask through a stream instead "
+            "(ModelStreamInfer, generate_stream, exec(decoupled=True))"
         )
     # The model's own batcher counted its execution; the caller sees the whole wait as queue.
     waited_ns = time.monotonic_ns() - started_ns
     return RequestResult(answers[0], waited_ns, 0, 0, 0, max(batch_size, 1), target.name)
 
 
+async def stream_on(
+    target: Servable,
+    arrays: Mapping[str, npt.NDArray[Any]],
+    outputs: Sequence[str],
+    options: InferOptions,
+) -> AsyncGenerator[Streamed, None]:
+    """Check a request built in the server as a client's would be, and yield each response of a
+    version that streams them (`target.router`: a decoupled model, or an ensemble with such a
+    step), its outputs in the config's dims (with the response parameters the model set)."""
+    checked, batch_size = check_request(target.io, _inputs(target, arrays), outputs)
+    async with contextlib.aclosing(_streamed(target, checked, batch_size, options)) as items:
+        async for item in items:
+            yield item
+
+
 async def _streamed(
     target: Servable, checked: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
 ) -> AsyncGenerator[Streamed, None]:
-    """Each response of a checked request to a decoupled version, its outputs in the config's
-    dims (with the response parameters the model set)."""
     assert target.router is not None
     # Closing this stream closes the request's own at once (it ends the request).
     async with contextlib.aclosing(
@@ -222,8 +235,7 @@ class _ModelCaller:
             result = await infer_on(target, inputs, outputs, options)
             yield _picked(result.outputs, outputs), None, True
             return
-        checked, batch_size = check_request(target.io, _inputs(target, inputs), outputs)
-        async with contextlib.aclosing(_streamed(target, checked, batch_size, options)) as items:
+        async with contextlib.aclosing(stream_on(target, inputs, outputs, options)) as items:
             async for item in items:
                 if item.error is not None:
                     yield None, str(item.error), item.final

@@ -8,7 +8,12 @@ from server.core.serving.ensemble._plan import (
     is_ensemble,
     plan_ensemble,
 )
-from server.core.serving.ensemble._scheduler import EnsembleResult, EnsembleScheduler, StepRun
+from server.core.serving.ensemble._scheduler import (
+    EnsembleResult,
+    EnsembleScheduler,
+    EnsembleStreams,
+    StepRun,
+)
 from server.core.serving.ensemble._slots import StepSlots, step_producers
 
 __all__ = [
@@ -16,6 +21,7 @@ __all__ = [
     "EnsemblePlan",
     "EnsembleResult",
     "EnsembleScheduler",
+    "EnsembleStreams",
     "Step",
     "StepRun",
     "StepSlots",

@@ -1,11 +1,13 @@
 """`EnsembleScheduler`: runs an ensemble's steps for one request, each step as soon as its inputs
-are ready, through the composing models' own schedulers (so ensemble traffic batches per step)."""
+are ready, through the composing models' own schedulers (so ensemble traffic batches per step);
+through a stream, a step's streamed responses each run the steps after it (`_streaming`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,7 +26,8 @@ from server.contract.errors import ModelNotFoundError, ModelNotReadyError
 from server.contract.requests import InferOptions, SequenceFlags
 from server.core.serving.ensemble._plan import EnsemblePlan, Step
 from server.core.serving.ensemble._slots import StepSlots, step_producers
-from server.core.serving.servable import Servable
+from server.core.serving.ensemble._streaming import StreamedRequest
+from server.core.serving.servable import Servable, Streamed
 from server.core.serving.submit import infer_on
 
 
@@ -63,7 +66,9 @@ class EnsembleScheduler:
 
     async def start(self) -> None:
         bound = self._plan.max_inflight  # 0: no limit
-        self._gates = tuple(asyncio.Semaphore(bound) for _ in self._plan.steps) if bound else ()
+        self._gates: tuple[asyncio.Semaphore, ...] = (
+            tuple(asyncio.Semaphore(bound) for _ in self._plan.steps) if bound else ()
+        )
 
     @property
     def plan(self) -> EnsemblePlan:
@@ -115,6 +120,30 @@ class EnsembleScheduler:
                 share=share,
             )
             return await self._run(inputs, batch_size, options)
+
+    async def stream(
+        self, inputs: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
+    ) -> AsyncGenerator[Streamed, None]:
+        """One request through a stream: each response its steps' streamed responses make
+        (`StreamedRequest`), then a final flag. Its timeout, as `infer`'s, holds for every
+        step; its outputs come back to the host."""
+        if self._closed:
+            raise BatcherClosedError(
+                f"ensemble '{self._plan.name}' is no longer accepting requests"
+            )
+        deadline_ns = options.deadline_ns
+        if options.timeout_us > 0:
+            due_ns = time.monotonic_ns() + options.timeout_us * 1000
+            deadline_ns = min(deadline_ns, due_ns) if deadline_ns else due_ns
+        options = replace(options, deadline_ns=deadline_ns, device_outputs=False)
+        with self._in_flight.counted():
+            request = StreamedRequest(self._plan, self._resolve, inputs, options, self._gates)
+            async with contextlib.aclosing(request.responses()) as responses:
+                async for response in responses:
+                    yield response
+            compute_ns = sum(step.end_ns - step.start_ns for step in request.steps)
+            record = ExecutionRecord(max(batch_size, 1), 1, 0, compute_ns, 0, succeeded=True)
+            self._observer(record)
 
     async def stop(self, timeout_s: float) -> None:
         self._closed = True
@@ -213,3 +242,21 @@ class EnsembleScheduler:
             return all(self._resolve(model, version).on_device for model, version in step.consumers)
         except (ModelNotFoundError, ModelNotReadyError):  # its step fails when it starts
             return False
+
+
+class EnsembleStreams:
+    """The stream router of an ensemble with a step that streams its responses: a request
+    through a stream gets each response that step's responses make (`EnsembleScheduler.stream`);
+    a request answered once still takes one."""
+
+    def __init__(self, scheduler: EnsembleScheduler) -> None:
+        self._scheduler = scheduler
+
+    def stream(
+        self,
+        target: Servable,
+        arrays: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+        options: InferOptions,
+    ) -> AsyncGenerator[Streamed, None]:
+        return self._scheduler.stream(arrays, batch_size, options)
