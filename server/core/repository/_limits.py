@@ -34,7 +34,11 @@ def instance_needs(
         return []
     needs = []
     for offset, instance in enumerate(instances):
-        device = instance.device.id if instance.device.is_cuda else -1
+        # Where it was placed (a Python model's GPU instance computes on host arrays), or, for
+        # a KIND_AUTO one, where it runs.
+        placement = placements[first + offset]
+        place = instance.device if placement.auto else placement.device
+        device = place.id if place.is_cuda else -1
         group = instance_group(config, placements, first + offset)
         need = Needs.from_group(group, device)
         limiter.check(need, f"model '{config.name}' instance '{instance.name}'")
