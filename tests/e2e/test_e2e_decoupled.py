@@ -328,6 +328,7 @@ def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_res
             s["name"]: int(s.get("inference_count", 0))
             for s in triton.get_inference_statistics(as_json=True)["model_stats"]
         }
+        assert stats["pipeline"] == len(counts)  # each streamed request, once it ended
         assert stats["pre"] == len(counts) + 2  # once per request
         assert stats["post"] == sum(counts.values()) + 2  # once per response
 

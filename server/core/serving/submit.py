@@ -29,6 +29,7 @@ from server.contract.errors import InvalidInputError, UnsupportedError
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
 from server.core.cache import Lookup
+from server.core.observability.stats import ModelStats
 from server.core.serving.servable import Servable, Streamed
 
 CACHE_INSTANCE = "response cache"  # the instance a cache hit names (traces: no compute)
@@ -62,34 +63,8 @@ async def submit(
             deadline_ns=options.deadline_ns,
             share=options.share,
         )
-    except (QueueFullError, RequestTimeoutError):
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
-        raise
-    except DeadlineExceededError:
-        # Under Triton's reason: a request its gRPC deadline ended is CANCELED there, one its
-        # `timeout` parameter ended is REJECTED (a queue timeout).
-        target.stats.deadline_exceeded += 1
-        deadline_ns, timeout_ns = options.deadline_ns, options.timeout_us * 1000
-        by_caller = deadline_ns and (not timeout_ns or deadline_ns <= start_ns + timeout_ns)
-        reason = "CANCELED" if by_caller else "REJECTED"
-        target.stats.record_failure(time.monotonic_ns() - start_ns, reason)
-        raise
-    except DeadlineCancelledError:  # its gRPC deadline cancelled it before the batcher's drop
-        target.stats.deadline_exceeded += 1
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "CANCELED")
-        raise
-    except LatencyTargetError:
-        target.stats.target_refused += 1
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "REJECTED")
-        raise
-    except asyncio.CancelledError:
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "CANCELED")
-        raise
-    except BackendError:
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "BACKEND")
-        raise
-    except Exception:
-        target.stats.record_failure(time.monotonic_ns() - start_ns, "OTHER")
+    except (Exception, asyncio.CancelledError) as exc:
+        count_failure(target.stats, exc, options, start_ns)
         raise
     if cache is not None and lookup is not None:
         target.stats.cache_miss.add(await cache.insert(lookup, result.outputs))
@@ -97,6 +72,36 @@ async def submit(
     if target.reshape is not None:
         return replace(result, outputs=target.reshape.to_config(result.outputs))
     return result
+
+
+def count_failure(
+    stats: ModelStats, exc: BaseException, options: InferOptions, start_ns: int
+) -> None:
+    """Count a request that failed with `exc` under Triton's reasons: REJECTED (a full queue, a
+    queue timeout, a latency target's refusal), CANCELED (its caller left, or its gRPC
+    deadline passed), BACKEND (the model failed) or OTHER."""
+    if isinstance(exc, QueueFullError | RequestTimeoutError):
+        reason = "REJECTED"
+    elif isinstance(exc, DeadlineExceededError):
+        # Under Triton's reason: a request its gRPC deadline ended is CANCELED there, one its
+        # `timeout` parameter ended is REJECTED (a queue timeout).
+        stats.deadline_exceeded += 1
+        deadline_ns, timeout_ns = options.deadline_ns, options.timeout_us * 1000
+        by_caller = deadline_ns and (not timeout_ns or deadline_ns <= start_ns + timeout_ns)
+        reason = "CANCELED" if by_caller else "REJECTED"
+    elif isinstance(exc, DeadlineCancelledError):  # cancelled before the batcher's drop
+        stats.deadline_exceeded += 1
+        reason = "CANCELED"
+    elif isinstance(exc, LatencyTargetError):
+        stats.target_refused += 1
+        reason = "REJECTED"
+    elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        reason = "CANCELED"
+    elif isinstance(exc, BackendError):
+        reason = "BACKEND"
+    else:
+        reason = "OTHER"
+    stats.record_failure(time.monotonic_ns() - start_ns, reason)
 
 
 def _from_cache(target: Servable, lookup: Lookup, batch_size: int) -> RequestResult:

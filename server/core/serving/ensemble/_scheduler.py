@@ -28,7 +28,7 @@ from server.core.serving.ensemble._plan import EnsemblePlan, Step
 from server.core.serving.ensemble._slots import StepSlots, step_producers
 from server.core.serving.ensemble._streaming import StreamedRequest
 from server.core.serving.servable import Servable, Streamed
-from server.core.serving.submit import infer_on
+from server.core.serving.submit import count_failure, infer_on
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,11 +252,23 @@ class EnsembleStreams:
     def __init__(self, scheduler: EnsembleScheduler) -> None:
         self._scheduler = scheduler
 
-    def stream(
+    async def stream(
         self,
         target: Servable,
         arrays: dict[str, npt.NDArray[Any]],
         batch_size: int,
         options: InferOptions,
     ) -> AsyncGenerator[Streamed, None]:
-        return self._scheduler.stream(arrays, batch_size, options)
+        """The request's responses, counted in the ensemble's statistics once it ends."""
+        start_ns = time.monotonic_ns()
+        try:
+            async with contextlib.aclosing(
+                self._scheduler.stream(arrays, batch_size, options)
+            ) as responses:
+                async for response in responses:
+                    yield response
+        except (Exception, asyncio.CancelledError, GeneratorExit) as exc:
+            count_failure(target.stats, exc, options, start_ns)
+            raise
+        answered = RequestResult({}, 0, 0, 0, 0, max(batch_size, 1), "")
+        target.stats.record_success(answered, time.monotonic_ns() - start_ns)
