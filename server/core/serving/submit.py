@@ -143,8 +143,8 @@ async def infer_on(
     if len(answers) != 1:
         raise UnsupportedError(
             f"model '{target.name}' streams its responses and sent {len(answers)} responses to "
-            "a request answered once (a call of ModelInfer or HTTP infer on an ensemble, or a "
-            "Python model's exec() without decoupled=True): ask through a stream instead "
+            "a request answered once (ModelInfer, HTTP infer or generate, or a Python model's "
+            "exec() without decoupled=True): ask through a stream instead "
             "(ModelStreamInfer, generate_stream, exec(decoupled=True))"
         )
     # The model's own batcher counted its execution; the caller sees the whole wait as queue.
