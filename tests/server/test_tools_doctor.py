@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from backends import driver_device_count
 from scripts import gen_models, models
 from server.tools.doctor import Check, DoctorSettings, Finding, Severity, as_table, examine
 from server.tools.doctor._memory import Usage, check_memory
@@ -122,6 +123,20 @@ def test_a_python_based_backend_is_found_where_the_server_finds_it(tmp_path: Pat
     elsewhere = DoctorSettings(measure=False, backend_directory=tmp_path / "none")
     _, findings = asyncio.run(examine([repo], PLENTY_BYTES, elsewhere))
     assert "or a Python-based backend" in only(findings, Check.BACKEND).message
+
+
+@pytest.mark.skipif(driver_device_count() > 0, reason="a GPU is here: a KIND_GPU group loads")
+def test_a_python_model_asking_for_a_gpu_where_there_is_none(tmp_path: Path) -> None:
+    (tmp_path / "p" / "1").mkdir(parents=True)
+    (tmp_path / "p" / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (tmp_path / "p" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        "instance_group [ { kind: KIND_GPU } ]\n"
+    )
+    finding = only(run(tmp_path)[1], Check.CONFIG)
+    assert finding.severity is Severity.ERROR and finding.model == "p"
+    assert "instance group 'p_0' has kind KIND_GPU, but the NVIDIA driver" in finding.message
 
 
 def test_a_missing_model_file_and_a_bad_config(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from backends import (
     cuda_device_count,
     load_instance,
     plan_placements,
+    python_placements,
 )
 from batching import BatchingError, BatchPolicy
 from proto import model_config_pb2 as mc
@@ -188,8 +189,13 @@ def _python_version(
             model_file,
             "",
         )
-    count = sum(group.count for group in effective.instance_group)
-    examined.memory_bytes += footprint_bytes(effective, model_file.stat().st_size, count)
+    try:  # where the server would place its instances: a KIND_GPU group needs a GPU here
+        placements = python_placements(config)
+    except BackendError as exc:
+        examined.add(Severity.ERROR, Check.CONFIG, str(exc), examined.path / CONFIG_FILENAME, "")
+        return
+    size = model_file.stat().st_size
+    examined.memory_bytes += footprint_bytes(effective, size, len(placements))
     examined.config = effective
 
 
