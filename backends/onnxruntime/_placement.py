@@ -32,12 +32,19 @@ class Placement:
 
 
 def plan_placements(
-    config: mc.ModelConfig, cuda_device_count: int, default_cpu_count: int = DEFAULT_CPU_COUNT
+    config: mc.ModelConfig,
+    cuda_device_count: int,
+    default_cpu_count: int = DEFAULT_CPU_COUNT,
+    *,
+    no_gpu: str = NO_CUDA,
+    auto_gpu: bool = True,
 ) -> list[Placement]:
     """One placement per instance, by Triton's rules: KIND_GPU runs `count` instances on each
     listed GPU (every GPU when none is listed), KIND_CPU `count` on CPU, KIND_AUTO as KIND_GPU
-    where a GPU is available, else on CPU. No groups at all means one KIND_AUTO instance. A CPU
-    group without a count runs `default_cpu_count` (two for ONNX Runtime, one for the others).
+    where a GPU is available (with `auto_gpu`; else always on CPU, as a Python model's), else on
+    CPU. No groups at all means one KIND_AUTO instance. A CPU group without a count runs
+    `default_cpu_count` (two for ONNX Runtime, one for the others). `no_gpu`: why the backend
+    has no GPU here, for a KIND_GPU group's load error and a KIND_AUTO group's note.
 
     Instances of a group alternate between its GPUs (count outer, GPUs inner), as Triton creates
     them, so that a light load spreads over the devices. Pure: pass the device count.
@@ -49,20 +56,22 @@ def plan_placements(
     for index, group in enumerate(groups):
         name = group.name or f"{config.name}_{index}"
         where = f"model '{config.name}': instance group '{name}'"
-        devices, note = _devices(
-            group, where, cuda_device_count, explicit=bool(config.instance_group)
-        )
+        auto = group.kind == _Group.KIND_AUTO and auto_gpu
+        if group.kind == _Group.KIND_AUTO and not auto_gpu:
+            devices, note = [Device.cpu()], ""
+        else:
+            explicit = bool(config.instance_group)
+            devices, note = _devices(group, where, cuda_device_count, explicit, no_gpu)
         count = group.count
         if count < 1:
             count = _DEFAULT_GPU_COUNT if devices[0].is_cuda else default_cpu_count
-        auto = group.kind == _Group.KIND_AUTO
         for _ in range(count):
             placements.extend(Placement(name, device, auto, note) for device in devices)
     return placements
 
 
 def _devices(
-    group: mc.ModelInstanceGroup, where: str, cuda_device_count: int, explicit: bool
+    group: mc.ModelInstanceGroup, where: str, cuda_device_count: int, explicit: bool, no_gpu: str
 ) -> tuple[list[Device], str]:
     if group.kind == _Group.KIND_MODEL:
         raise ModelLoadError(f"{where} has kind KIND_MODEL, which ONNX Runtime does not support")
@@ -72,8 +81,8 @@ def _devices(
         return [Device.cpu()], ""
     if cuda_device_count < 1:
         if group.kind == _Group.KIND_GPU:
-            raise ModelLoadError(f"{where} has kind KIND_GPU, but {NO_CUDA}")
-        note = f"{where} is KIND_AUTO and runs on CPU: {NO_CUDA}" if explicit else ""
+            raise ModelLoadError(f"{where} has kind KIND_GPU, but {no_gpu}")
+        note = f"{where} is KIND_AUTO and runs on CPU: {no_gpu}" if explicit else ""
         return [Device.cpu()], note
     gpus = list(group.gpus) or list(range(cuda_device_count))
     for gpu in gpus:

@@ -76,8 +76,7 @@ class PythonInstance:
         self._settings = settings
         self._questions = Questions(caller)  # what the model asks while its batch runs
         self._signature = model_signature(config)
-        outputs = output_specs(config)
-        self._replies = Replies(model, outputs, [spec.name for spec in outputs])
+        self._replies = Replies(model, output_specs(config))
         self._workers = Supervisor(
             model, settings, self._answer_call, self._server_request, self._questions.cancelled_in
         )

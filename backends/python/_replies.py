@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from backends.base import ExecutionResult, Outputs, Parameters, Response, TensorMap
@@ -30,7 +30,10 @@ class Replies:
 
     model: InstanceSpec
     outputs: tuple[OutputSpec, ...]  # the config's, which every response is checked against
-    output_names: list[str]
+    output_names: list[str] = field(init=False)  # what every execute message asks for
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "output_names", [spec.name for spec in self.outputs])
 
     def execute_message(
         self, batch: int, requests: Sequence[TensorMap], parameters: Sequence[Parameters]

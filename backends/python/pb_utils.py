@@ -246,7 +246,7 @@ class Tensor:
                     "asked for a host copy"
                 ) from None
         device_type, device_id = dlpack_object.__dlpack_device__()
-        if device_type == _Capsule.KDLCPU:
+        if device_type == _KDLCPU:
             return Tensor(name, np.from_dlpack(dlpack_object))
         try:
             return Tensor(name, np.from_dlpack(dlpack_object, device="cpu", copy=True))
@@ -283,10 +283,11 @@ class Tensor:
         return device
 
 
+_KDLCPU = 1  # DLPack's device type for host memory
+
+
 class _Capsule:
     """Lets NumPy consume a bare DLPack capsule, which it only takes through `__dlpack__`."""
-
-    KDLCPU = 1  # DLPack's device type for host memory
 
     def __init__(self, capsule: Any) -> None:
         self._capsule = capsule
@@ -295,7 +296,7 @@ class _Capsule:
         return self._capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (self.KDLCPU, 0)
+        return (_KDLCPU, 0)
 
 
 class InferenceResponse:

@@ -3,7 +3,6 @@ torch itself sees (a CPU build of torch sees none)."""
 
 from __future__ import annotations
 
-from backends.errors import ModelLoadError
 from backends.onnxruntime._placement import Placement, plan_placements
 from backends.pytorch._runtime import torch_cuda_device_count
 from proto import model_config_pb2 as mc
@@ -17,13 +16,4 @@ _NO_CUDA = (
 def torch_placements(config: mc.ModelConfig) -> list[Placement]:
     """One placement per instance; a KIND_GPU group without a CUDA device is a load error, a
     KIND_AUTO one runs on CPU. A CPU group without a count runs one instance, as in Triton."""
-    gpus = torch_cuda_device_count()
-    if gpus == 0:
-        for index, group in enumerate(config.instance_group):
-            if group.kind == mc.ModelInstanceGroup.KIND_GPU:
-                name = group.name or f"{config.name}_{index}"
-                raise ModelLoadError(
-                    f"model '{config.name}': instance group '{name}' has kind KIND_GPU, but "
-                    + _NO_CUDA
-                )
-    return plan_placements(config, gpus, default_cpu_count=1)
+    return plan_placements(config, torch_cuda_device_count(), 1, no_gpu=_NO_CUDA)

@@ -98,25 +98,19 @@ class EnsembleScheduler:
         # The ensemble's outputs come back to the host whatever `device_outputs` says; its
         # sequence parameters go to every step, as Triton passes a correlation id on. Its
         # deadline (the caller's, or its timeout from now) holds for every step.
-        if self._closed:
-            raise BatcherClosedError(
-                f"ensemble '{self._plan.name}' is no longer accepting requests"
-            )
+        self._check_open()
         with self._in_flight.counted():
             flags = (
                 None
                 if sequence is None
                 else SequenceFlags(sequence.correlation_id, sequence.start, sequence.end)
             )
-            if timeout_ns > 0:
-                due_ns = time.monotonic_ns() + timeout_ns
-                deadline_ns = min(deadline_ns, due_ns) if deadline_ns else due_ns
             options = InferOptions(
                 priority,
                 timeout_ns // 1000,
                 parameters,
                 sequence=flags,
-                deadline_ns=deadline_ns,
+                deadline_ns=_deadline_ns(deadline_ns, timeout_ns),
                 share=share,
             )
             return await self._run(inputs, batch_size, options)
@@ -127,14 +121,8 @@ class EnsembleScheduler:
         """One request through a stream: each response its steps' streamed responses make
         (`StreamedRequest`), then a final flag. Its timeout, as `infer`'s, holds for every
         step; its outputs come back to the host."""
-        if self._closed:
-            raise BatcherClosedError(
-                f"ensemble '{self._plan.name}' is no longer accepting requests"
-            )
-        deadline_ns = options.deadline_ns
-        if options.timeout_us > 0:
-            due_ns = time.monotonic_ns() + options.timeout_us * 1000
-            deadline_ns = min(deadline_ns, due_ns) if deadline_ns else due_ns
+        self._check_open()
+        deadline_ns = _deadline_ns(options.deadline_ns, options.timeout_us * 1000)
         options = replace(options, deadline_ns=deadline_ns, device_outputs=False)
         with self._in_flight.counted():
             request = StreamedRequest(self._plan, self._resolve, inputs, options, self._gates)
@@ -144,6 +132,12 @@ class EnsembleScheduler:
             compute_ns = sum(step.end_ns - step.start_ns for step in request.steps)
             record = ExecutionRecord(max(batch_size, 1), 1, 0, compute_ns, 0, succeeded=True)
             self._observer(record)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BatcherClosedError(
+                f"ensemble '{self._plan.name}' is no longer accepting requests"
+            )
 
     async def stop(self, timeout_s: float) -> None:
         self._closed = True
@@ -242,6 +236,15 @@ class EnsembleScheduler:
             return all(self._resolve(model, version).on_device for model, version in step.consumers)
         except (ModelNotFoundError, ModelNotReadyError):  # its step fails when it starts
             return False
+
+
+def _deadline_ns(deadline_ns: int, timeout_ns: int) -> int:
+    """A request's deadline for its steps: the caller's, or its timeout from now if sooner
+    (0: neither)."""
+    if timeout_ns <= 0:
+        return deadline_ns
+    due_ns = time.monotonic_ns() + timeout_ns
+    return min(deadline_ns, due_ns) if deadline_ns else due_ns
 
 
 class EnsembleStreams:
