@@ -208,11 +208,16 @@ def test_the_adaptive_delay_sends_clients_in_step_without_waiting_out_the_delay(
     before = _stats(client, "mlp_adaptive")
     rounds = 6
     latencies: list[list[float]] = [[] for _ in range(4)]
+    # Every client connected before any sends: the first batch must see all four first requests
+    # within the delay, however long a loaded machine takes to open four channels.
+    connected = threading.Barrier(4)
 
     def run(index: int) -> None:
         with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as own:
             tensor = grpcclient.InferInput("INPUT", [1, 256], "FP32")
             tensor.set_data_from_numpy(np.full((1, 256), index, np.float32))
+            assert own.is_server_live()
+            connected.wait(timeout=30)
             for _ in range(rounds):
                 time.sleep(0.01 * index)
                 start = time.monotonic()
