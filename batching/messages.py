@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
+import msgspec
 import numpy.typing as npt
 
 TensorMap = Mapping[str, npt.NDArray[Any]]
@@ -72,8 +73,7 @@ class SequenceStep:
     end: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class RequestResult:
+class RequestResult(msgspec.Struct, frozen=True):
     """One request's outputs and the time it spent in each stage."""
 
     outputs: Mapping[str, npt.NDArray[Any]]

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+import msgspec
+
 from batching.errors import PolicyError
 from batching.messages import TensorMap
 from proto import model_config_pb2 as mc
@@ -167,8 +169,7 @@ def _weights(config: mc.ModelConfig) -> tuple[tuple[str, int], ...]:
     return tuple(weights)
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """What selection needs to know about one queued request."""
 
     batch_size: int  # the request's own batch dimension (1 for a non-batching model)

@@ -4,8 +4,10 @@ the outputs asked for and its options (priority, timeout, the model's parameters
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from server.contract.errors import InvalidInputError
 
@@ -15,8 +17,7 @@ Parameters = Mapping[str, ParameterValue]  # the parameters a model receives
 SequenceId = int | str  # a sequence's correlation id (Triton's `sequence_id`); never 0 or ""
 
 
-@dataclass(frozen=True, slots=True)
-class SequenceFlags:
+class SequenceFlags(msgspec.Struct, frozen=True):
     """A request's place in a sequence: Triton's `sequence_id`, `sequence_start` and
     `sequence_end` request parameters."""
 
@@ -25,8 +26,7 @@ class SequenceFlags:
     end: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class InferOptions:
+class InferOptions(msgspec.Struct, frozen=True):
     """A request's parameters: those the scheduler reads (Triton's reserved `priority`,
     `timeout` and sequence parameters) and the others, which go to the model (a Python
     model's `request.parameters()`); for a request built in the server, whether its outputs
@@ -34,7 +34,7 @@ class InferOptions:
 
     priority: int = 0  # 0: the model's default priority level; 1 is the highest
     timeout_us: int = 0  # queue timeout; may only shorten the model's, and only if allowed
-    parameters: Parameters = field(default_factory=dict)
+    parameters: Parameters = msgspec.field(default_factory=dict)
     device_outputs: bool = False  # an ensemble step whose consumers all compute on a device
     sequence: SequenceFlags | None = None  # None: the request names no sequence
     # When its caller stops waiting (time.monotonic_ns(), which every process of the server
@@ -85,8 +85,7 @@ class Received:
     end_ns: int  # >= start_ns
 
 
-@dataclass(frozen=True, slots=True)
-class InferRequest:
+class InferRequest(msgspec.Struct, frozen=True):
     """One request as a front end decoded it, whatever the wire protocol."""
 
     model: str
@@ -97,15 +96,14 @@ class InferRequest:
     request_id: str = ""
     carrier: Mapping[str, str] | None = None  # trace headers, when tracing is on
     # Outputs the core writes into a registered shared memory region instead of answering them.
-    output_locations: Mapping[str, Location] = field(default_factory=dict)
+    output_locations: Mapping[str, Location] = msgspec.field(default_factory=dict)
     # Outputs asked for as their top classes (the classification extension): name -> count.
-    classification: Mapping[str, int] = field(default_factory=dict)
+    classification: Mapping[str, int] = msgspec.field(default_factory=dict)
     received: Received | None = None  # its front end's receive stage, when tracing is on
     load_report: bool = False  # a balancer asked for the model's load with the response
 
 
-@dataclass(frozen=True, slots=True)
-class InferInput:
+class InferInput(msgspec.Struct, frozen=True):
     """One input tensor as the client sent it, already decoded from the wire, or where in a
     registered shared memory region the core reads it."""
 

@@ -4,17 +4,16 @@ and its shape, and the response parameters its model set."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy.typing as npt
 
 from server.contract.load import LoadReport
 from server.contract.model_io import TensorSpec
 
 
-@dataclass(frozen=True, slots=True)
-class InferOutput:
+class InferOutput(msgspec.Struct, frozen=True):
     """One output to send back, with the config's declaration of it."""
 
     spec: TensorSpec
@@ -23,8 +22,7 @@ class InferOutput:
     array: npt.NDArray[Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class InferResponse:
+class InferResponse(msgspec.Struct, frozen=True):
     """What a front end encodes for the client."""
 
     model: str

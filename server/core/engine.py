@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+import msgspec
+
 from backends import BackendError, response_parameters
 from batching import InFlight, RequestResult
 from server.contract.errors import (
@@ -88,7 +90,7 @@ class Engine:
     def _reported(self, request: InferRequest, response: InferResponse) -> InferResponse:
         """`response`, with the model's load when the request asked for it."""
         if request.load_report:
-            return replace(response, load=self._load_report(response))
+            return msgspec.structs.replace(response, load=self._load_report(response))
         return response
 
     def _load_report(self, response: InferResponse) -> LoadReport | None:

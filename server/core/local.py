@@ -4,8 +4,8 @@ memory regions and log control; lower packages' errors become the contract's her
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 
+import msgspec
 import numpy as np
 
 from backends import BackendError, on_host
@@ -188,10 +188,10 @@ class LocalCore:
         inputs = [
             tensor
             if tensor.location is None
-            else replace(tensor, array=self._read(tensor, tensor.location))
+            else msgspec.structs.replace(tensor, array=self._read(tensor, tensor.location))
             for tensor in request.inputs
         ]
-        return replace(request, inputs=inputs)
+        return msgspec.structs.replace(request, inputs=inputs)
 
     def _read(self, tensor: InferInput, location: Location) -> object:
         datatype = BY_WIRE[tensor.datatype]  # the front end checked the name
@@ -213,5 +213,5 @@ class LocalCore:
                 self._shared_memory.write(location, output.spec.datatype, output.array)
                 outputs.append(InferOutput(output.spec, output.shape, None))
             else:
-                outputs.append(replace(output, array=on_host(output.array)))
-        return replace(response, outputs=outputs)
+                outputs.append(msgspec.structs.replace(output, array=on_host(output.array)))
+        return msgspec.structs.replace(response, outputs=outputs)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import replace
+
+import msgspec
 
 from server.contract.errors import InvalidInputError
 from server.contract.requests import RESERVED_PARAMETERS, InferOptions, model_parameters
@@ -36,7 +37,7 @@ class HeaderForwarding:
                 (v for k, v in headers if isinstance(v, str) and str(k).lower() == wanted), ""
             )
             if share:
-                options = replace(options, share=share)
+                options = msgspec.structs.replace(options, share=share)
         if self._regex is None:
             return options
         regex = self._regex
@@ -50,7 +51,9 @@ class HeaderForwarding:
                     "parameter key reserved for Triton usage and cannot be forwarded"
                 )
         # After the request's own parameters, as Triton adds them: a header wins a clash.
-        return replace(options, parameters={**options.parameters, **model_parameters(found)})
+        return msgspec.structs.replace(
+            options, parameters={**options.parameters, **model_parameters(found)}
+        )
 
 
 def _reserved(name: str) -> bool:

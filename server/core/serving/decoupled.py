@@ -14,9 +14,9 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy.typing as npt
 
 from backends import (
@@ -57,7 +57,7 @@ class DecoupledRouter:
         sink: asyncio.Queue[Streamed] = asyncio.Queue()
         token = next(self._tokens)
         self._sinks[token] = sink
-        tagged = replace(options, parameters={**options.parameters, _TOKEN: token})
+        tagged = msgspec.structs.replace(options, parameters={**options.parameters, _TOKEN: token})
         running = asyncio.create_task(submit(target, arrays, batch_size, tagged))
         histograms, started_ns = target.stats.latency, time.monotonic_ns()
         try:

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Se
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -70,7 +71,7 @@ async def submit(
         target.stats.cache_miss.add(await cache.insert(lookup, result.outputs))
     target.stats.record_success(result, time.monotonic_ns() - start_ns)
     if target.reshape is not None:
-        return replace(result, outputs=target.reshape.to_config(result.outputs))
+        return msgspec.structs.replace(result, outputs=target.reshape.to_config(result.outputs))
     return result
 
 

@@ -7,10 +7,10 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
+import msgspec
 
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
@@ -243,7 +243,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         remaining_s = context.time_remaining()
         if remaining_s is not None:  # the client's deadline: never executed after it
             deadline_ns = time.monotonic_ns() + int(remaining_s * 1e9) - _DEADLINE_MARGIN_NS
-            options = replace(options, deadline_ns=deadline_ns)
+            options = msgspec.structs.replace(options, deadline_ns=deadline_ns)
         return InferRequest(
             request.model_name,
             request.model_version,

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from server.contract.core import Core, StreamItem
 from server.contract.errors import (
@@ -171,7 +172,7 @@ class GenerateRoutes:
         decoded = await self._request(request, load_report=form is not None)
         response = await self._core.infer(decoded)
         answer = json_response(generate_answer(response, decoded.request_id))
-        return replace(answer, headers=report_headers(response.load, form))
+        return msgspec.structs.replace(answer, headers=report_headers(response.load, form))
 
     async def stream(self, request: Request) -> Streamed:
         """One event per response: a decoupled model's every response, any other model's one.

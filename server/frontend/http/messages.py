@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import msgspec
+
 
 class Headers(Mapping[str, str]):
     """A request's headers: names as the client wrote them, looked up in any case; of a name sent
@@ -36,8 +38,7 @@ class Headers(Mapping[str, str]):
         return len(self._by_name)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """One request, its body whole (inflated when it came compressed)."""
 
     method: str
@@ -47,8 +48,7 @@ class Request:
     match_info: Mapping[str, str]  # the route's {placeholders}, percent-decoded
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     """A whole response."""
 
     status: int = 200
@@ -57,8 +57,7 @@ class Response:
     headers: tuple[tuple[str, str], ...] = ()  # besides Content-Type and Content-Length
 
 
-@dataclass(frozen=True, slots=True)
-class Streamed:
+class Streamed(msgspec.Struct, frozen=True):
     """A response sent as its chunks come (chunked transfer encoding); empty chunks send
     nothing."""
 

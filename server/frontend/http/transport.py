@@ -11,12 +11,12 @@ import logging
 import time
 import zlib
 from collections import deque
-from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
 import httptools
+import msgspec
 
 from server.contract.numbers import is_digits
 from server.frontend.http.messages import (
@@ -51,8 +51,7 @@ class _HeadTooLarge(Exception):
     """Raised inside the parser's callbacks to stop it; the parser wraps it in its own error."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Parsed:
+class _Parsed(msgspec.Struct, frozen=True):
     """One request as parsed, or the refusal of a message that could not be."""
 
     method: str

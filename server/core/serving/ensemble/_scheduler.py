@@ -8,9 +8,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy.typing as npt
 
 from batching import (
@@ -42,8 +43,7 @@ class StepRun:
     result: RequestResult
 
 
-@dataclass(frozen=True, slots=True)
-class EnsembleResult(RequestResult):
+class EnsembleResult(RequestResult, frozen=True):
     """An ensemble request's result, with its steps in the order they finished."""
 
     steps: tuple[StepRun, ...] = ()
@@ -123,7 +123,7 @@ class EnsembleScheduler:
         step; its outputs come back to the host."""
         self._check_open()
         deadline_ns = _deadline_ns(options.deadline_ns, options.timeout_us * 1000)
-        options = replace(options, deadline_ns=deadline_ns, device_outputs=False)
+        options = msgspec.structs.replace(options, deadline_ns=deadline_ns, device_outputs=False)
         with self._in_flight.counted():
             request = StreamedRequest(self._plan, self._resolve, inputs, options, self._gates)
             async with contextlib.aclosing(request.responses()) as responses:
@@ -223,7 +223,7 @@ class EnsembleScheduler:
         target = self._resolve(step.model, step.version)
         arrays = {name: tensors[t] for name, t in step.inputs.items() if t in tensors}
         if self._hands_over_on_device(step):
-            options = replace(options, device_outputs=True)
+            options = msgspec.structs.replace(options, device_outputs=True)
         result = await infer_on(target, arrays, list(step.outputs), options)
         return StepRun(target.name, target.version, start_ns, time.monotonic_ns(), result)
 
