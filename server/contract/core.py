@@ -91,3 +91,10 @@ class Core(Protocol):
     def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
         """A decoupled model's every response, any other model's one."""
         ...
+
+    async def infer_streamed(
+        self, request: InferRequest
+    ) -> InferResponse | AsyncIterator[StreamItem]:
+        """What `infer_stream` gives, for a stream's request served at its cost: the response
+        itself when the model answers once (as `infer`), else the iterator of its responses."""
+        ...

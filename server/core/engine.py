@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
+import numpy.typing as npt
 
 from backends import BackendError, response_parameters
 from batching import InFlight, RequestResult
@@ -36,8 +37,12 @@ from server.core.observability.tracing import (
 from server.core.repository import ModelVersion, Repository
 from server.core.serving.classification import check_classification, classified
 from server.core.serving.ensemble import EnsembleResult
+from server.core.serving.servable import StreamRouter
 from server.core.serving.submit import CACHE_INSTANCE, submit
 
+# One item of a streaming model's responses: a response (None: a final flag alone) or the error
+# of one, with whether it is the request's last.
+Item = tuple[InferResponse | BackendError | None, bool]
 _log = logging.getLogger(__name__)
 
 
@@ -184,24 +189,33 @@ class Engine:
             result = await submit(target, arrays, batch_size, request.options)
         return target, result
 
-    async def infer_stream(
-        self, request: InferRequest
-    ) -> AsyncIterator[tuple[InferResponse | BackendError | None, bool]]:
-        """Serve one request of a stream: each response (None: a final flag alone) with whether
-        it is the last; a decoupled model may send any number, any other model exactly one."""
+    async def infer_streamed(self, request: InferRequest) -> InferResponse | AsyncIterator[Item]:
+        """Serve one request of a stream. A model that answers each request once: its response,
+        as `infer` gives it (no iterator to build and step through per request). A streaming
+        (decoupled) model: its responses, each (None: a final flag alone) with whether it is
+        the last, once the request has passed its checks."""
         if self._stopping:
             raise ServerStoppingError(SERVER_STOPPING)
         target = await self._target(request.model, request.version)
         if target.router is None:
-            yield self._reported(request, await self._infer(request, target)), True
-            return
+            return self._reported(request, await self._infer(request, target))
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         if request.classification:
             check_classification(target.io, request.classification)
+        return self._streamed(request, target, target.router, arrays, batch_size)
+
+    async def _streamed(
+        self,
+        request: InferRequest,
+        target: ModelVersion,
+        router: StreamRouter,
+        arrays: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+    ) -> AsyncIterator[Item]:
         # Closing this stream closes the request's own at once (it ends the request).
         with self._in_flight.counted():
             async with contextlib.aclosing(
-                target.router.stream(target, arrays, batch_size, request.options)
+                router.stream(target, arrays, batch_size, request.options)
             ) as stream:
                 async for item in stream:
                     if item.error is not None:

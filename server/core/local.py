@@ -25,7 +25,7 @@ from server.core.catalog import (
     model_statistics,
     statistics_targets,
 )
-from server.core.engine import Engine
+from server.core.engine import Engine, Item
 from server.core.errors import contract_error
 from server.core.shared_memory import SharedMemory
 
@@ -165,15 +165,38 @@ class LocalCore:
         except (BackendError, BatchingError) as exc:
             raise contract_error(exc) from exc
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
+    async def infer_streamed(
+        self, request: InferRequest
+    ) -> InferResponse | AsyncIterator[StreamItem]:
         try:
-            async for response, final in self._engine.infer_stream(self._read_inputs(request)):
+            outcome = await self._engine.infer_streamed(self._read_inputs(request))
+        except (BackendError, BatchingError) as exc:
+            raise contract_error(exc) from exc
+        if isinstance(outcome, InferResponse):
+            return self._answer(outcome, request.output_locations)
+        return self._items(outcome, request.output_locations)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
+        outcome = await self.infer_streamed(request)
+        if isinstance(outcome, InferResponse):
+            yield outcome, True
+            return
+        async for item in outcome:
+            yield item
+
+    async def _items(
+        self, responses: AsyncIterator[Item], locations: Mapping[str, Location]
+    ) -> AsyncIterator[StreamItem]:
+        """A streaming model's responses for a front end: errors the contract's, outputs as
+        `infer` answers them."""
+        try:
+            async for response, final in responses:
                 if isinstance(response, BackendError):
                     yield contract_error(response), final
                 elif response is None:
                     yield None, final
                 else:
-                    yield self._answer(response, request.output_locations), final
+                    yield self._answer(response, locations), final
         except (BackendError, BatchingError) as exc:
             raise contract_error(exc) from exc
 

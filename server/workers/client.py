@@ -87,6 +87,12 @@ class CoreClient:
         assert response is not None  # a unary answer always has outputs
         return response
 
+    async def infer_streamed(
+        self, request: InferRequest
+    ) -> InferResponse | AsyncIterator[StreamItem]:
+        # Whether the model answers once is the core's to know: its answers come as a stream.
+        return self.infer_stream(request)
+
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamItem]:
         answers: asyncio.Queue[Message] = asyncio.Queue()
         rid = self._send(request, True, answers)

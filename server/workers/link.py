@@ -92,7 +92,11 @@ class WorkerLink:
     async def _serve_stream(self, rid: int, request: Any) -> None:
         final = False
         try:
-            async for item, final in self._core.infer_stream(request):
+            outcome = await self._core.infer_streamed(request)
+            if isinstance(outcome, InferResponse):  # the model answers once
+                self.send(messages.encode_answer(rid, True, outcome, self._place(outcome)))
+                return
+            async for item, final in outcome:
                 if isinstance(item, ServerError):
                     self.send(messages.encode_failed(rid, item, final, in_band=True))
                 else:

@@ -337,6 +337,35 @@ async def test_a_stream_of_a_non_decoupled_model_is_its_one_response(boundary: B
     assert len(through) == 1 and through[0][1] is True
 
 
+async def test_a_stream_request_of_a_model_that_answers_once_is_served_without_an_iterator(
+    boundary: Boundary,
+) -> None:
+    direct = await boundary.core.infer_streamed(_simple(4))
+    assert isinstance(direct, InferResponse)
+    _same(direct, await boundary.core.infer(_simple(4)))
+    through = await boundary.client.infer_streamed(_simple(4))  # the worker's side cannot know
+    assert not isinstance(through, InferResponse)
+    items = [(item, final) async for item, final in through]
+    assert len(items) == 1 and isinstance(items[0][0], InferResponse) and items[0][1] is True
+    _same(items[0][0], direct)
+
+
+async def test_a_stream_request_of_a_decoupled_model_is_served_through_its_iterator(
+    boundary: Boundary,
+) -> None:
+    def request() -> InferRequest:
+        return _request("repeat", "COUNT", "INT32", np.array([[3]], np.int32))
+
+    outcome = await boundary.core.infer_streamed(request())
+    assert not isinstance(outcome, InferResponse)
+    finals = [final async for _, final in outcome]
+    assert finals == [item[1] for item in await _stream(boundary.core, request())]
+    with pytest.raises(ServerError):  # checked before any response: raised by the await
+        await boundary.core.infer_streamed(
+            _request("repeat", "COUNT", "FP32", np.array([[3]], np.float32))
+        )
+
+
 async def test_a_cancelled_request_is_cancelled_in_the_core(boundary: Boundary) -> None:
     def x(value: float) -> InferRequest:
         return _request("slow", "X", "FP32", np.array([[value]], np.float32))

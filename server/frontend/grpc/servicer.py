@@ -24,6 +24,7 @@ from server.contract.errors import (
     UnsupportedError,
 )
 from server.contract.requests import InferRequest, Received
+from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.forwarding import HeaderForwarding
@@ -277,7 +278,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
                 decoded = self._decoded(request, context, form is not None)
-                async for item, final in self._core.infer_stream(decoded):
+                outcome = await self._core.infer_streamed(decoded)
+                if isinstance(outcome, InferResponse):  # the model answers once
+                    answers.put(stream_message(request, outcome, True, form))
+                    return
+                async for item, final in outcome:
                     answer = stream_message(request, item, final, form)
                     if answer is not None:
                         answers.put(answer)
