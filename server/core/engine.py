@@ -43,6 +43,7 @@ from server.core.serving.submit import CACHE_INSTANCE, submit
 # One item of a streaming model's responses: a response (None: a final flag alone) or the error
 # of one, with whether it is the request's last.
 Item = tuple[InferResponse | BackendError | None, bool]
+
 _log = logging.getLogger(__name__)
 
 
