@@ -324,11 +324,13 @@ def test_an_ensemble_streams_each_response_of_its_decoupled_step_through_the_res
         }
         with pytest.raises(InferenceServerException, match="decoupled transaction policy"):
             triton.infer("declared", two)  # declared decoupled: ModelInfer refuses, as Triton
-        stats = {
-            s["name"]: int(s.get("inference_count", 0))
-            for s in triton.get_inference_statistics(as_json=True)["model_stats"]
-        }
+        every = triton.get_inference_statistics(as_json=True)["model_stats"]
+        stats = {s["name"]: int(s.get("inference_count", 0)) for s in every}
         assert stats["pipeline"] == len(counts)  # each streamed request, once it ended
+        (pipeline,) = [s["inference_stats"] for s in every if s["name"] == "pipeline"]
+        assert int(pipeline["success"]["count"]) == len(counts)
+        # Its steps' time, as the compute of each streamed request's success.
+        assert int(pipeline["compute_infer"]["ns"]) > 0
         assert stats["pre"] == len(counts) + 2  # once per request
         assert stats["post"] == sum(counts.values()) + 2  # once per response
 

@@ -116,11 +116,16 @@ class EnsembleScheduler:
             return await self._run(inputs, batch_size, options)
 
     async def stream(
-        self, inputs: dict[str, npt.NDArray[Any]], batch_size: int, options: InferOptions
+        self,
+        inputs: dict[str, npt.NDArray[Any]],
+        batch_size: int,
+        options: InferOptions,
+        ended: Callable[[int], None] | None = None,
     ) -> AsyncGenerator[Streamed, None]:
         """One request through a stream: each response its steps' streamed responses make
         (`StreamedRequest`), then a final flag. Its timeout, as `infer`'s, holds for every
-        step; its outputs come back to the host."""
+        step; its outputs come back to the host. `ended` gets its steps' compute time (the sum
+        of their runs, ns) once the last response is out."""
         self._check_open()
         deadline_ns = _deadline_ns(options.deadline_ns, options.timeout_us * 1000)
         options = msgspec.structs.replace(options, deadline_ns=deadline_ns, device_outputs=False)
@@ -132,6 +137,8 @@ class EnsembleScheduler:
             compute_ns = sum(step.end_ns - step.start_ns for step in request.steps)
             record = ExecutionRecord(max(batch_size, 1), 1, 0, compute_ns, 0, succeeded=True)
             self._observer(record)
+            if ended is not None:
+                ended(compute_ns)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -264,14 +271,15 @@ class EnsembleStreams:
     ) -> AsyncGenerator[Streamed, None]:
         """The request's responses, counted in the ensemble's statistics once it ends."""
         start_ns = time.monotonic_ns()
+        computed: list[int] = []
         try:
             async with contextlib.aclosing(
-                self._scheduler.stream(arrays, batch_size, options)
+                self._scheduler.stream(arrays, batch_size, options, computed.append)
             ) as responses:
                 async for response in responses:
                     yield response
         except (Exception, asyncio.CancelledError, GeneratorExit) as exc:
             count_failure(target.stats, exc, options, start_ns)
             raise
-        answered = RequestResult({}, 0, 0, 0, 0, max(batch_size, 1), "")
+        answered = RequestResult({}, 0, 0, sum(computed), 0, max(batch_size, 1), "")
         target.stats.record_success(answered, time.monotonic_ns() - start_ns)
