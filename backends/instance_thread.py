@@ -54,11 +54,12 @@ class InstanceThread:
     async def run(self, function: Callable[..., _T], *args: Any, size: int = 1) -> _T:
         """`function(*args)` on this thread; its result or its exception, here. A caller
         cancelled before the thread takes the call skips it; one cancelled while it runs drops
-        the result. `size` (a batch's rows) keys the inline rule's measurements."""
+        the result. `size` (a batch's rows) keys the inline rule's measurements; a call of
+        size 0 always runs on the thread and is not measured."""
         if self._closed:
             raise InstanceClosedError(f"thread '{self.name}' is closed")
         times = self._times
-        if times is not None and not self._busy and times.inline(size):
+        if times is not None and size and not self._busy and times.inline(size):
             start_ns = time.monotonic_ns()
             try:
                 return function(*args)
@@ -69,6 +70,10 @@ class InstanceThread:
         self._busy += 1
         self._calls.put((loop, future, function, args, size))
         return await future
+
+    def keep_on_thread(self) -> None:
+        """Run every call on the thread from now on, whatever the inline rule measured."""
+        self._times = None
 
     def close(self, *, cancel_pending: bool = False) -> None:
         """Stop taking calls and wait for the thread: queued calls still run, or, with
@@ -123,7 +128,7 @@ class InstanceThread:
     ) -> None:
         # On the loop, once the thread is done with the call (even one its caller left).
         self._busy -= 1
-        if self._times is not None and timed is not None and error is None:
+        if self._times is not None and size and timed is not None and error is None:
             self._times.record_threaded(size, *timed)
         if future.done():  # the caller was cancelled
             return

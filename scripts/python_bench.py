@@ -1,6 +1,7 @@
 """What the Python backend costs: the same mlp served by Convoy's ONNX Runtime backend and by a
 Triton-style model.py that runs one ONNX Runtime session, in its own process (the default) and in
-the server's process (`convoy_in_process`), all in one server, measured in one run; with
+the server's process (`convoy_in_process`), there with fast batches on the event loop
+(`convoy_inline_execute`), all in one server, measured in one run; with
 `--triton DIR`, also Triton 2.51 live serving the same model.py through its Python backend.
 
 Usage: python scripts/python_bench.py [--window-ms 3000] [--concurrency 8,32]
@@ -12,12 +13,12 @@ instance and the seed's batching (2 ms), and its session has ONNX Runtime's defa
 writes it, or with `--one-thread` one intra-op thread (ONNX Runtime's default pool spins between
 runs, unbounded, on cores the server needs; Convoy's own backend bounds the spin to 50 us). For
 each front end and concurrency, perf_analyzer (`-b 1 -s 999`, three windows) measures the
-systems in the order A B C D D C B A, and each row is the mean of its two runs: infer/s, p50,
-and the server's CPU per request (its process tree, python workers and Triton's stubs included,
-from /proc), and for Convoy the part of it that the model's worker processes spent. The ratios
-are CPU per request over the ONNX backend's in the same run (the target for the python models
-is 1.15) and infer/s over Triton's (target 0.8). Triton runs on a fresh server per front end,
-since Triton 2.51 here crashes now and then.
+systems in order and then in reverse (A B C D E E D C B A), and each row is the mean of its two
+runs: infer/s, p50, and the server's CPU per request (its process tree, python workers and
+Triton's stubs included, from /proc), and for Convoy the part of it that the model's worker
+processes spent. The ratios are CPU per request over the ONNX backend's in the same run (the
+target for the python models is 1.15) and infer/s over Triton's (target 0.8). Triton runs on a
+fresh server per front end, since Triton 2.51 here crashes now and then.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from scripts.bench_setup import SPECS, variant_config
 
 MLP = SPECS["mlp"]
 ONNX_MODEL = "mlp_on"  # Convoy's ONNX Runtime backend
-PYTHON_MODELS = ("mlp_python", "mlp_python_in_process")
+PYTHON_MODELS = ("mlp_python", "mlp_python_in_process", "mlp_python_inline")
 IN_PROCESS = 'parameters { key: "convoy_in_process" value: { string_value: "true" } }\n'
+INLINE = 'parameters { key: "convoy_inline_execute" value: { string_value: "true" } }\n'
 TRITON = "triton"  # its rows' name: Triton 2.51 live serving the same model.py
 # system -> infer/s, p50 us, CPU us per request, of it the model's worker processes' (the server's
 # children; 0 for a model in the server's process, None for Triton)
@@ -53,7 +55,7 @@ Row = tuple[str, int, Means]  # front end, concurrency, each system's means
 
 
 def build_repository(root: Path, one_thread: bool = False) -> Path:
-    """`mlp_on` (ONNX backend) and the two python models: the model.py Triton live runs
+    """`mlp_on` (ONNX backend) and the three python models: the model.py Triton live runs
     (scripts/triton_live.py: one ONNX Runtime session, with its defaults or one thread), over
     the same ONNX file."""
     repo = root / "models"
@@ -64,9 +66,9 @@ def build_repository(root: Path, one_thread: bool = False) -> Path:
     for name in PYTHON_MODELS:
         config = onnx_config.replace(f'name: "{ONNX_MODEL}"', f'name: "{name}"')
         triton_live.write_model(repo, name, config, onnx_path, _framework(one_thread))
-        if name.endswith("in_process"):
+        if name != "mlp_python":
             with (repo / name / "config.pbtxt").open("a", encoding="utf-8") as f:
-                f.write(IN_PROCESS)
+                f.write(IN_PROCESS + (INLINE if name.endswith("inline") else ""))
     return repo
 
 
@@ -100,7 +102,7 @@ def measure(
     scratch: Path,
     input_data: Path | None = None,
 ) -> Means:
-    """Each system at concurrency `c`, in the order A B C D D C B A; each one's mean."""
+    """Each system at concurrency `c`, in order and then in reverse; each one's mean."""
     runs: dict[str, list[tuple[Run, float | None]]] = {name: [] for name in names}
     for name in (*names, *reversed(names)):
         server_pid, server_ports, model = where[name]

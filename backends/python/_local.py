@@ -16,6 +16,7 @@ or waits on I/O runs beside the server's own; and models share one interpreter (
 
 from __future__ import annotations
 
+import inspect
 import queue
 import re
 import threading
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from backends.python._process import WorkerFailure, WorkerRefused
+from backends.python._settings import INLINE_EXECUTE_PARAMETER
 from backends.python._worker import (
     ContractError,
     ModelServer,
@@ -70,17 +72,27 @@ class LocalWorker:
 
     @classmethod
     def start(
-        cls, spec: dict[str, Any], answer_call: CallAnswer, answer_server: ServerAnswer
+        cls,
+        spec: dict[str, Any],
+        answer_call: CallAnswer,
+        answer_server: ServerAnswer,
+        inline: bool = False,
     ) -> LocalWorker:
         """Import model.py and run initialize(spec['args']) here; WorkerRefused when model.py
-        does not import or initialize raises. `answer_server` answers its requests of custom
-        metrics and model loading."""
+        does not import or initialize raises, or when `inline` (execute may run on the event
+        loop) meets an `async def execute`, which runs an event loop of its own. `answer_server`
+        answers its requests of custom metrics and model loading."""
         module = "convoy_python_model_" + re.sub(r"\W", "_", spec["instance_name"])
         try:
             with _IMPORTING:
                 utils = load_utils(spec.get("shared_dir"))
                 utils._install_server_ask(lambda request, answered: answer_server(request))
                 model_type = model_class(spec, module)
+            if inline and inspect.iscoroutinefunction(getattr(model_type, "execute", None)):
+                raise WorkerRefused(
+                    f"{INLINE_EXECUTE_PARAMETER} runs execute on the server's event loop, where "
+                    "an `async def execute` cannot run its own; remove the parameter"
+                )
             model = initialize_model(spec, model_type)
         except ContractError as exc:
             raise WorkerRefused(str(exc)) from None

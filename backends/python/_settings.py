@@ -15,6 +15,7 @@ from proto import model_config_pb2
 EXECUTE_TIMEOUT_PARAMETER = "convoy_execute_timeout_s"
 INITIALIZE_TIMEOUT_PARAMETER = "convoy_initialize_timeout_s"
 IN_PROCESS_PARAMETER = "convoy_in_process"
+INLINE_EXECUTE_PARAMETER = "convoy_inline_execute"
 EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"  # Triton's: the model's own Python environment
 
 
@@ -30,6 +31,9 @@ class PythonSettings:
     initialize_timeout_s: float = 300.0
     # model.py in the server's process, on the instance's thread: no IPC, and no isolation.
     in_process: bool = False
+    # In process: a batch whose execute measured fast runs on the event loop instead of the
+    # instance's thread (backends.inline's rule); execute must not call the server then.
+    inline_execute: bool = False
     # EXECUTION_ENV_PATH as written ($$TRITON_MODEL_DIRECTORY unresolved); "": the server's.
     execution_env: str = ""
     # Its environment, found, unpacked and checked (`resolved`); None: not yet, or none named.
@@ -42,12 +46,23 @@ class PythonSettings:
     def from_config(cls, config: model_config_pb2.ModelConfig) -> PythonSettings:
         params = {key: value.string_value for key, value in config.parameters.items()}
         defaults = cls()
-        if params.get(EXECUTION_ENV_PARAMETER, "").strip() and bool_parameter(
-            config.name, params, IN_PROCESS_PARAMETER
-        ):
+        in_process = bool_parameter(config.name, params, IN_PROCESS_PARAMETER)
+        if params.get(EXECUTION_ENV_PARAMETER, "").strip() and in_process:
             raise ModelLoadError(
                 f"model '{config.name}': {EXECUTION_ENV_PARAMETER} names an interpreter of its "
                 f"own, which a model in the server's process ({IN_PROCESS_PARAMETER}) cannot use"
+            )
+        inline_execute = bool_parameter(config.name, params, INLINE_EXECUTE_PARAMETER)
+        if inline_execute and not in_process:
+            raise ModelLoadError(
+                f"model '{config.name}': {INLINE_EXECUTE_PARAMETER} runs execute on the "
+                f"server's event loop, which only a model in the server's process can do (set "
+                f"{IN_PROCESS_PARAMETER} too)"
+            )
+        if inline_execute and config.model_transaction_policy.decoupled:
+            raise ModelLoadError(
+                f"model '{config.name}': {INLINE_EXECUTE_PARAMETER} is for models that answer "
+                "each request once; a decoupled model's execute runs on a thread of its own"
             )
         return cls(
             execute_timeout_s=_seconds(
@@ -56,7 +71,8 @@ class PythonSettings:
             initialize_timeout_s=_seconds(
                 config.name, params, INITIALIZE_TIMEOUT_PARAMETER, defaults.initialize_timeout_s
             ),
-            in_process=bool_parameter(config.name, params, IN_PROCESS_PARAMETER),
+            in_process=in_process,
+            inline_execute=inline_execute,
             execution_env=params.get(EXECUTION_ENV_PARAMETER, "").strip(),
         )
 

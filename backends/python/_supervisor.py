@@ -160,7 +160,10 @@ class Supervisor:
         try:
             if self._settings.in_process:
                 return LocalWorker.start(
-                    self._model.worker_spec, self._answer_call, self._server_request
+                    self._model.worker_spec,
+                    self._answer_call,
+                    self._server_request,
+                    inline=self._settings.inline_execute,
                 )
             answers = AskAnswers(self._cancelled_in, self._server_request)
             worker = WorkerProcess.start(

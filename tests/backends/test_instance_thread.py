@@ -193,3 +193,22 @@ async def test_without_a_rule_every_call_runs_on_the_thread() -> None:
     finally:
         worker.close()
     assert seen == ["instance_0"] * 20
+
+
+async def test_calls_of_size_zero_and_calls_after_keep_on_thread_stay_on_the_thread() -> None:
+    worker = InstanceThread("instance_0", InlineRule(limit_ns=50_000_000, window=3))
+    loop_thread = threading.current_thread().name
+
+    def where() -> str:
+        return threading.current_thread().name
+
+    try:
+        unsized = [await worker.run(where, size=0) for _ in range(5)]
+        sized = [await worker.run(where, size=1) for _ in range(5)]
+        worker.keep_on_thread()
+        kept = [await worker.run(where, size=1) for _ in range(3)]
+    finally:
+        worker.close()
+    assert unsized == ["instance_0"] * 5
+    assert sized == ["instance_0"] * 3 + [loop_thread] * 2
+    assert kept == ["instance_0"] * 3

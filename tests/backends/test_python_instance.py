@@ -496,3 +496,99 @@ async def test_a_rescheduled_request_answers_nothing_until_a_later_run(load: Loa
     assert [r if not r else r["OUT"].tolist() for r in result.responses] == [[0], {}, [0]]
     (error,) = (await instance.execute([{"MODE": np.array([2], np.int32)}])).responses
     assert isinstance(error, ExecutionError) and "must be None, not InferenceResponse" in str(error)
+
+
+# COUNT says where execute ran: 1 on the event loop's thread (the test's main thread), 0 on the
+# instance's. An IN of 9 calls another model first, and raises the call's error; 10 does it
+# from a thread of its own, which execute waits for.
+WHERE = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def call_other():
+    return pb_utils.InferenceRequest(
+        model_name="other", requested_output_names=["OUT"], inputs=[]
+    ).exec()
+
+class TritonPythonModel:
+    def execute(self, requests):
+        on_loop = threading.current_thread() is threading.main_thread()
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if x.flat[0] in (9, 10):
+                called = []
+                if x.flat[0] == 9:
+                    called.append(call_other())
+                else:
+                    aside = threading.Thread(target=lambda: called.append(call_other()))
+                    aside.start()
+                    aside.join()
+                if called[0].has_error():
+                    raise pb_utils.TritonModelException(called[0].error().message())
+            count = np.full((x.shape[0], 1), int(on_loop), np.int64)
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("SUM", x * 2), pb_utils.Tensor("COUNT", count)]))
+        return responses
+"""
+INLINE = 'parameters { key: "convoy_inline_execute" value { string_value: "true" } }'
+
+
+async def _where_it_ran(instance: PythonInstance, batches: int) -> list[int]:
+    """Run `batches` batches of one request one after another: 1 for each that ran inline."""
+    ran = []
+    for _ in range(batches):
+        (response,) = (await instance.execute(_rows(5))).responses
+        assert isinstance(response, dict)
+        np.testing.assert_array_equal(response["SUM"], np.full((5, 2), 10, np.float32))
+        ran.append(int(response["COUNT"][0, 0]))
+    return ran
+
+
+@pytest.mark.parametrize("inline", [False, True])
+async def test_a_fast_execute_runs_on_the_event_loop_only_when_asked(
+    load: Loader, inline: bool
+) -> None:
+    instance = load("where", WHERE, BATCHED + IN_PROCESS + (INLINE if inline else ""))
+    ran = await _where_it_ran(instance, 30)
+    if not inline:
+        assert ran == [0] * 30, "without the parameter execute stays on the instance's thread"
+        return
+    assert ran[:8] == [0] * 8, "measured on the thread first"
+    assert ran[-10:] == [1] * 10, "then inline"
+
+
+@pytest.mark.parametrize("steer", [9, 10], ids=["from execute", "from a thread it waits for"])
+async def test_an_inline_execute_that_calls_the_server_goes_back_to_its_thread(
+    load: Loader, steer: int
+) -> None:
+    instance = load("where", WHERE, BATCHED + IN_PROCESS + INLINE)
+    assert (await _where_it_ran(instance, 20))[-1] == 1
+    (error,) = (await instance.execute(_rows(steer))).responses
+    assert isinstance(error, ExecutionError)
+    assert "execute ran on the server's event loop (convoy_inline_execute)" in str(error)
+    assert await _where_it_ran(instance, 20) == [0] * 20, "never inline again"
+
+
+@pytest.mark.parametrize(
+    ("source", "config", "message"),
+    [
+        (WHERE, BATCHED + INLINE, "only a model in the server's process can do"),
+        (
+            WHERE,
+            BATCHED + IN_PROCESS + INLINE + " model_transaction_policy { decoupled: true }",
+            "a decoupled model's execute runs on a thread of its own",
+        ),
+        (
+            WHERE.replace("    def execute(", "    async def execute("),
+            BATCHED + IN_PROCESS + INLINE,
+            "an `async def execute` cannot run its own",
+        ),
+    ],
+)
+def test_inline_execute_is_refused_where_it_cannot_run(
+    load: Loader, source: str, config: str, message: str
+) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        load("where", source, config)

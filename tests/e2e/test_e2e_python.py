@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+import tritonclient.http as httpclient
 from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
@@ -80,6 +81,29 @@ class TritonPythonModel:
             if b is not None:
                 y = y + b.as_numpy()
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", y)]))
+        return responses
+"""
+
+# Doubles X; a negative X asks `scale` (factor 3) for -3X first, so it answers -6X.
+DOUBLE_OR_CALL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if x.ravel()[0] < 0:
+                called = pb_utils.InferenceRequest(
+                    model_name="scale",
+                    requested_output_names=["Y"],
+                    inputs=[pb_utils.Tensor("X", -x)],
+                ).exec()
+                if called.has_error():
+                    raise pb_utils.TritonModelException(called.error().message())
+                x = pb_utils.get_output_tensor_by_name(called, "Y").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", 2 * x)]))
         return responses
 """
 
@@ -532,3 +556,47 @@ async def _facts_at_once(url: str, count: int) -> list[list[int]]:
             return [int(value) for value in facts]
 
         return await asyncio.gather(*(one() for _ in range(count)))
+
+
+def test_an_inline_execute_serves_both_protocols_and_leaves_the_loop_when_it_calls(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    """convoy_inline_execute: a fast in-process model's batches move onto the event loop once
+    measured; one that then calls another model fails that batch with the reason, and its
+    batches run on its thread from then on, where the call works."""
+    repo = tmp_path / "repo"
+    config = _config("doubles").split("parameters [")[0] + (
+        'parameters [ { key: "convoy_in_process" value: { string_value: "true" } },'
+        ' { key: "convoy_inline_execute" value: { string_value: "true" } } ]\n'
+        "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+    )
+    models.write_python_model(repo, "doubles", DOUBLE_OR_CALL, config)
+    models.write_python_model(repo, "scale", SCALE, _config("scale", 3.0))
+    server = start_server(repo)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) + 1
+    answers = asyncio.run(_infer_concurrently(server.url, "doubles", 24))
+    for i, y in enumerate(answers):
+        np.testing.assert_array_equal(y, np.full((1, 4), 2.0 * i, np.float32))
+    with (
+        grpcclient.InferenceServerClient(server.url) as triton,
+        httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http,
+    ):
+        for _ in range(20):  # one at a time: batches of one, measured, then inline
+            y = http.infer("doubles", [http_input(x)]).as_numpy("Y")
+            np.testing.assert_array_equal(y, 2 * x)
+        with pytest.raises(InferenceServerException, match="convoy_inline_execute") as error:
+            triton.infer("doubles", [infer_input("X", -x, "FP32")])
+        assert "cannot call another model" in str(error.value)
+        y = triton.infer("doubles", [infer_input("X", -x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, 6 * x)
+        np.testing.assert_array_equal(http.infer("doubles", [http_input(-x)]).as_numpy("Y"), 6 * x)
+        stats = triton.get_inference_statistics("doubles", as_json=True)["model_stats"][0]
+        assert int(stats["inference_stats"]["success"]["count"]) == 24 + 20 + 2
+        assert int(stats["inference_stats"]["fail"]["count"]) == 1
+    assert "its batches run on the instance's thread from now on" in server.log()
+
+
+def http_input(x: np.ndarray) -> httpclient.InferInput:
+    tensor = httpclient.InferInput("X", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return tensor

@@ -1,6 +1,6 @@
-"""scripts/python_bench.py's repositories: the ONNX backend's mlp and two python models over the
-same file, one in its own process and one in the server's, with the session options asked for;
-Triton's the same model.py."""
+"""scripts/python_bench.py's repositories: the ONNX backend's mlp and three python models over the
+same file, one in its own process and two in the server's (one of them inline), with the session
+options asked for; Triton's the same model.py."""
 
 from pathlib import Path
 
@@ -23,9 +23,9 @@ def test_the_models_share_the_onnx_models_io_batching_and_file(tmp_path: Path) -
         assert config.name == name and config.backend == "python"
         assert list(config.input) == list(onnx.input) and list(config.output) == list(onnx.output)
         assert config.dynamic_batching == onnx.dynamic_batching
-        placed = config.parameters.get("convoy_in_process")
-        in_process = placed is not None and placed.string_value == "true"
-        assert in_process == name.endswith("in_process")
+        asked = {key: value.string_value for key, value in config.parameters.items()}
+        assert (asked.get("convoy_in_process") == "true") == (name != "mlp_python")
+        assert (asked.get("convoy_inline_execute") == "true") == name.endswith("inline")
         source = (folder / name / "1" / "model.py").read_text()
         assert str(tmp_path / "mlp.onnx") in source
         assert "options.intra_op_num_threads = 1" in source
