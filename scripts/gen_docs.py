@@ -307,7 +307,8 @@ CONFIG_SUPPORT: dict[str, str] = {
     "`0` none), `execution_mode` (`1`: parallel); the PyTorch and OpenVINO backends' parameters "
     "(see [Backends](../guide/backends.md)); Convoy's `convoy_adaptive_queue_delay` (see "
     "[Batching](../guide/batching.md)), `convoy_execute_timeout_s`, "
-    "`convoy_initialize_timeout_s` and `convoy_in_process` (Python models); every parameter "
+    "`convoy_initialize_timeout_s`, `convoy_in_process` and `convoy_inline_execute` (Python "
+    "models); every parameter "
     "reaches a Python model's `args['model_config']`",
     "model_warmup": "`zero_data`, `random_data`, `input_data_file` under `<model>/warmup/`; runs "
     "on every instance before a version is `READY` (see "
