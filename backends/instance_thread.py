@@ -37,6 +37,7 @@ class InstanceThread:
         # None: every call on the thread (calls that wait on I/O, such as a Python model's).
         self._times = None if inline is None else BatchTimes(inline)
         self._busy = 0  # calls given to the thread that it has not reported done
+        self._running_inline = False
         self._calls: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._closed = False
         self._cancel_pending = False  # set by close(cancel_pending=True): queued calls fail
@@ -51,6 +52,11 @@ class InstanceThread:
     def name(self) -> str:
         return self._thread.name
 
+    @property
+    def running_inline(self) -> bool:
+        """Whether a call runs inline on the event loop now (the loop waits for it)."""
+        return self._running_inline
+
     async def run(self, function: Callable[..., _T], *args: Any, size: int = 1) -> _T:
         """`function(*args)` on this thread; its result or its exception, here. A caller
         cancelled before the thread takes the call skips it; one cancelled while it runs drops
@@ -61,9 +67,11 @@ class InstanceThread:
         times = self._times
         if times is not None and size and not self._busy and times.inline(size):
             start_ns = time.monotonic_ns()
+            self._running_inline = True
             try:
                 return function(*args)
             finally:
+                self._running_inline = False
                 times.record_inline(size, time.monotonic_ns() - start_ns)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()

@@ -99,7 +99,6 @@ class PythonInstance:
         self._executor = InstanceThread(
             model.instance, INLINE_RULE if settings.inline_execute else None
         )
-        self._running_inline = False  # an execute runs on the event loop now
 
     @classmethod
     def load(
@@ -362,8 +361,6 @@ class PythonInstance:
         batch = next(self._batches)
         start_ns = time.monotonic_ns()
         deadline_ns = self._deadline_ns(self._settings.execute_timeout_s)
-        # On the loop's thread (inline) or the instance's, where no loop runs.
-        self._running_inline = asyncio._get_running_loop() is not None
         try:
             worker.send(self._replies.execute_message(batch, requests, parameters), deadline_ns)
             sent_ns = time.monotonic_ns()
@@ -371,7 +368,6 @@ class PythonInstance:
         except WorkerFailure as failure:
             raise self._workers.recover(worker, failure) from None
         finally:
-            self._running_inline = False
             self._questions.end_batch()
         return self._replies.outcome(requests, reply, start_ns, sent_ns)
 
@@ -434,7 +430,7 @@ class PythonInstance:
     def _answer_call(self, question: tuple[Any, ...]) -> tuple[Any, ...]:
         """An in-process model's question, answered on its own thread within the execute
         timeout."""
-        if question[0] == "call" and self._inline_now():
+        if question[0] == "call" and self._executor.running_inline:
             return ("called", question[2], self._off_the_loop("call another model"), True)
         try:
             return self._questions.answer(
@@ -458,7 +454,7 @@ class PythonInstance:
             return self._metrics.apply(self, request)
         if self._control is None:
             return {"error": "the model loading API is not available to this model"}
-        if self._inline_now():
+        if self._executor.running_inline:
             return {"error": self._off_the_loop("use the model loading API")}
         # finalize runs while its own model unloads: a load could wait on it
         if self._workers.closed:
@@ -467,13 +463,10 @@ class PythonInstance:
             return {"error": f"model '{self._model.name}' cannot load or unload itself"}
         return self._control(request)
 
-    def _inline_now(self) -> bool:
-        """Whether execute runs inline now: the event loop waits for it, so a call that waits
-        for the loop, from execute or from a thread execute waits for, would wait forever."""
-        return self._running_inline
-
     def _off_the_loop(self, what: str) -> str:
-        """The error of a call made inline; the instance's batches run on its thread from now."""
+        """The error of a call made while execute runs inline, from execute or from a thread it
+        waits for: the call would wait for the event loop that waits for execute. The instance's
+        batches run on its thread from now on."""
         self._executor.keep_on_thread()
         _log.warning(
             "%s: execute ran on the event loop (%s) and tried to %s; its batches run on the "
