@@ -139,6 +139,28 @@ def test_a_python_model_asking_for_a_gpu_where_there_is_none(tmp_path: Path) -> 
     assert "instance group 'p_0' has kind KIND_GPU, but the NVIDIA driver" in finding.message
 
 
+@pytest.mark.parametrize(
+    ("parameter", "value", "message"),
+    [
+        ("convoy_inline_execute", "true", "which only a model in the server's process can do"),
+        ("convoy_execute_timeout_s", "soon", "must be a number of seconds, got 'soon'"),
+    ],
+)
+def test_a_python_model_parameter_the_loader_refuses(
+    tmp_path: Path, parameter: str, value: str, message: str
+) -> None:
+    (tmp_path / "p" / "1").mkdir(parents=True)
+    (tmp_path / "p" / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (tmp_path / "p" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        f'parameters {{ key: "{parameter}" value: {{ string_value: "{value}" }} }}\n'
+    )
+    finding = only(run(tmp_path)[1], Check.CONFIG)
+    assert finding.severity is Severity.ERROR and finding.model == "p"
+    assert message in finding.message
+
+
 def test_a_missing_model_file_and_a_bad_config(tmp_path: Path) -> None:
     (tmp_path / "empty" / "1").mkdir(parents=True)
     (tmp_path / "typo").mkdir()

@@ -11,6 +11,7 @@ from backends import (
     BackendError,
     ModelSignature,
     OrtSettings,
+    PythonSettings,
     cuda_device_count,
     load_instance,
     plan_placements,
@@ -189,7 +190,8 @@ def _python_version(
             model_file,
             "",
         )
-    try:  # where the server would place its instances: a KIND_GPU group needs a GPU here
+    try:  # its parameters as the loader reads them, and where it would place its instances
+        PythonSettings.from_config(config)
         placements = python_placements(config)
     except BackendError as exc:
         examined.add(Severity.ERROR, Check.CONFIG, str(exc), examined.path / CONFIG_FILENAME, "")
