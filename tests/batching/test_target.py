@@ -122,11 +122,13 @@ def test_a_request_is_refused_when_its_prediction_passes_the_target() -> None:
         keeper.admit(200 * MS, queued=2, idle=False, instances=1)
     assert later.value.retry_after_ns == pytest.approx(10 * MS)
     # Clients that resend at once, ignoring their turns, push the line no further than a second
-    # past a refusal's own excess.
+    # past a refusal's own excess; past that it starts again at the excess.
+    hints = []
     for _ in range(1000):
         with pytest.raises(LatencyTargetError) as flooded:
             keeper.admit(200 * MS, queued=2, idle=False, instances=1)
-    assert flooded.value.retry_after_ns == pytest.approx(1010 * MS)
+        hints.append(flooded.value.retry_after_ns)
+    assert max(hints) <= 1010 * MS + 1_000 and min(hints) == pytest.approx(10 * MS)
     # One that runs at once: taken, predicted all the same (its own batch); nothing measured
     # yet: taken, with no prediction.
     assert keeper.admit(10 * MS, queued=0, idle=True, instances=1) == pytest.approx(20 * MS)

@@ -1,6 +1,8 @@
 """The turns refused requests are told to come back at (`batching.turns`): a pure rule over
 explicit times."""
 
+import itertools
+
 from batching.turns import LEAST_RETRY_NS, TURNS_AHEAD_NS, Turns
 
 MS = 1_000_000
@@ -18,7 +20,9 @@ def test_requests_refused_together_are_told_turns_a_share_apart() -> None:
 def test_a_hint_is_never_under_a_millisecond_nor_a_turn_past_the_bound() -> None:
     turns = Turns()
     assert turns.tell(0, 0, 0) == LEAST_RETRY_NS  # fits now: come back in a millisecond
-    # Clients that ignore their turns push the line no further than the bound past their own.
-    for _ in range(1000):
-        hint = turns.tell(0, 10 * MS, 20 * MS)
-    assert hint == 10 * MS + TURNS_AHEAD_NS
+    # Clients that ignore their turns push the line no further than the bound past their own
+    # time; past it the line starts again there, so later refusals are still told turns apart.
+    told = [turns.tell(0, 10 * MS, 20 * MS) for _ in range(120)]
+    assert max(told) == 10 * MS + TURNS_AHEAD_NS == told[50]
+    assert told[51:54] == [10 * MS, 30 * MS, 50 * MS]
+    assert all(a != b for a, b in itertools.pairwise(told))
