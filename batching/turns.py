@@ -24,7 +24,8 @@ class Turns:
 
     def tell(self, now_ns: int, fits_ns: int, share_ns: int) -> int:
         """The hint (ns from `now_ns`) for a request refused at `now_ns` that would fit at
-        `fits_ns`; the next refusal is told a turn at least `share_ns` after this one's."""
+        `fits_ns`; the next refusal is told a turn at least `share_ns` after this one's, or
+        its own time where that turn would lie past the bound."""
         turn_ns = max(fits_ns, self._next_ns)
         if turn_ns > fits_ns + TURNS_AHEAD_NS:  # past the bound: the line starts again
             turn_ns = fits_ns
