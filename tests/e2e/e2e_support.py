@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from onnx import TensorProto
 from tritonclient.grpc import service_pb2
 
@@ -440,6 +441,15 @@ def infer_input(name: str, array: np.ndarray, datatype: str) -> grpcclient.Infer
     """A tritonclient input carrying `array` as raw contents (tritonclient's default)."""
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def http_input(
+    name: str, array: np.ndarray, datatype: str, binary: bool = True
+) -> httpclient.InferInput:
+    """tritonclient.http's input carrying `array`, as binary data (its default) or as JSON."""
+    tensor = httpclient.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array, binary_data=binary)
     return tensor
 
 

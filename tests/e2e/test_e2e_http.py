@@ -20,6 +20,7 @@ from e2e_support import (
     ConvoyServer,
     StartServer,
     bits,
+    http_input,
     identity_model,
     sample_array,
 )
@@ -47,12 +48,6 @@ def raw(server: ConvoyServer, path: str, body: dict[str, Any] | None = None) -> 
             return answer.status, answer.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
-
-
-def http_input(name: str, array: np.ndarray, datatype: str, binary: bool) -> httpclient.InferInput:
-    tensor = httpclient.InferInput(name, list(array.shape), datatype)
-    tensor.set_data_from_numpy(array, binary_data=binary)
-    return tensor
 
 
 def test_health_and_server_metadata(

@@ -19,7 +19,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
-from e2e_support import ECHO_PARAMETERS_MODEL, StartServer, infer_input, place_python_models
+from e2e_support import (
+    ECHO_PARAMETERS_MODEL,
+    StartServer,
+    http_input,
+    infer_input,
+    place_python_models,
+)
 from tritonclient.utils import InferenceServerException
 
 from backends import driver_device_count
@@ -582,21 +588,16 @@ def test_an_inline_execute_serves_both_protocols_and_leaves_the_loop_when_it_cal
         httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as http,
     ):
         for _ in range(20):  # one at a time: batches of one, measured, then inline
-            y = http.infer("doubles", [http_input(x)]).as_numpy("Y")
+            y = http.infer("doubles", [http_input("X", x, "FP32")]).as_numpy("Y")
             np.testing.assert_array_equal(y, 2 * x)
         with pytest.raises(InferenceServerException, match="convoy_inline_execute") as error:
             triton.infer("doubles", [infer_input("X", -x, "FP32")])
         assert "cannot call another model" in str(error.value)
         y = triton.infer("doubles", [infer_input("X", -x, "FP32")]).as_numpy("Y")
         np.testing.assert_array_equal(y, 6 * x)
-        np.testing.assert_array_equal(http.infer("doubles", [http_input(-x)]).as_numpy("Y"), 6 * x)
+        y = http.infer("doubles", [http_input("X", -x, "FP32")]).as_numpy("Y")
+        np.testing.assert_array_equal(y, 6 * x)
         stats = triton.get_inference_statistics("doubles", as_json=True)["model_stats"][0]
         assert int(stats["inference_stats"]["success"]["count"]) == 24 + 20 + 2
         assert int(stats["inference_stats"]["fail"]["count"]) == 1
     assert "its batches run on the instance's thread from now on" in server.log()
-
-
-def http_input(x: np.ndarray) -> httpclient.InferInput:
-    tensor = httpclient.InferInput("X", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
-    return tensor
