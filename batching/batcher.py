@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,11 @@ Observer = Callable[[ExecutionRecord], None]
 _PROBE_EVERY_NS = 100_000_000
 _PROBE_EVERY_DELAYS = 20
 _PROBES_REMEMBERED = 10  # a probe after this many base intervals starts the reach anew
+# A batch's answers taken in turn go out over at most this many turns of the event loop. mlp
+# over HTTP, in process (2 cores): one answer a turn served 1.16x the rate of one turn for all
+# at c = 8 but only 1.09x at c = 32, where each turn's own cost showed (CPU per request 1.25x);
+# 8 turns served 1.15x and 1.27x at 0.97x-1.08x the CPU per request, 4 turns 1.11x and 1.23x.
+_ANSWER_TURNS = 8
 
 
 @dataclass(slots=True)
@@ -177,6 +182,7 @@ class Batcher:
         *,
         deadline_ns: int = 0,
         share: str = "",
+        in_turn: bool = False,
     ) -> RequestResult:
         """Queue one request and wait for its result; cancelling the caller dequeues it.
 
@@ -185,7 +191,9 @@ class Batcher:
         the outputs on a device; a batch gets device outputs when all its requests want them.
         `sequence` is ignored, as Triton's dynamic batcher ignores correlation ids.
         `deadline_ns` (monotonic; 0: none) is when its caller stops waiting: the request is
-        never executed after it. `share` is its fair-share class.
+        never executed after it. `share` is its fair-share class. `in_turn`: its answer is
+        handed over in a turn of the event loop of its own, after its batch's other answers
+        (see `_answer_in_turns`).
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
@@ -215,6 +223,7 @@ class Batcher:
             expires_ns=expires_ns,
             share=share,
             predicted_ns=predicted_ns,
+            in_turn=in_turn,
         )
         if not policy.dynamic and self._idle and self._gate is None and not len(self._queue):
             # Without dynamic batching every request runs alone: with nothing queued before it
@@ -343,6 +352,26 @@ class Batcher:
             finally:
                 self._quiet = None
 
+    def _answer_in_turns(
+        self,
+        answers: Iterator[tuple[asyncio.Future[Any], RequestResult | Exception]],
+        per_turn: int,
+    ) -> None:
+        """Hand over `per_turn` answers now and as many in each of the loop's next turns: the
+        requests that arrive meanwhile are read between them. Where the front end's write is
+        immediate (in-process HTTP), a client answered early sends its next request while the
+        batch's other answers are still going out, and that request starts the next batch's
+        delay then, not after all of them. (gRPC's writes complete through its poller: spread
+        over turns they cost more and gained nothing, so its answers go out together.)"""
+        given = 0
+        for future, answer in answers:
+            if not future.done():  # a caller cancelled since its batch ended
+                _settle(future, answer)
+                given += 1
+                if given == per_turn:
+                    self._loop.call_soon(self._answer_in_turns, answers, per_turn)
+                    return
+
     def _expired(self, request: Queued, now_ns: int) -> DeadlineExceededError:
         waited_ms = (now_ns - request.candidate.enqueue_ns) / 1e6
         return DeadlineExceededError(
@@ -444,24 +473,33 @@ class Batcher:
                     self._target.answered(
                         done_ns - request.candidate.enqueue_ns, request.predicted_ns
                     )
+            # Answers taken in turn go out one per loop turn, save under preserve_ordering,
+            # where every answer goes now, before the next batch's (its release).
+            in_turn: list[tuple[asyncio.Future[Any], RequestResult | Exception]] = []
             for request, response in zip(batch, outcome.responses, strict=True):
                 future = request.future
                 if future.done():  # a cancelled caller's result is dropped
                     continue
-                if isinstance(response, Exception):
-                    future.set_exception(response)
-                else:
-                    future.set_result(
-                        RequestResult(
-                            response,
-                            start_ns - request.candidate.enqueue_ns,
-                            input_ns,
-                            infer_ns,
-                            output_ns,
-                            rows,
-                            name,
-                        )
+                answer = (
+                    response
+                    if isinstance(response, Exception)
+                    else RequestResult(
+                        response,
+                        start_ns - request.candidate.enqueue_ns,
+                        input_ns,
+                        infer_ns,
+                        output_ns,
+                        rows,
+                        name,
                     )
+                )
+                if request.in_turn and release is None:
+                    in_turn.append((future, answer))
+                else:
+                    _settle(future, answer)
+            if in_turn:
+                per_turn = -(-len(in_turn) // _ANSWER_TURNS)  # rounded up
+                self._answer_in_turns(iter(in_turn), per_turn)
         finally:
             if self._target is not None:
                 self._target.finished(executor)
@@ -489,6 +527,14 @@ def request_deadline_ns(
         due_ns = now_ns + timeout_ns
         expires_ns = due_ns if expires_ns is None else min(expires_ns, due_ns)
     return expires_ns
+
+
+def _settle(future: asyncio.Future[Any], answer: RequestResult | Exception) -> None:
+    """A request's answer: its RequestResult, or the exception its instance answered it with."""
+    if isinstance(answer, Exception):
+        future.set_exception(answer)
+    else:
+        future.set_result(answer)
 
 
 def _fail(request: Queued, error: Any) -> None:

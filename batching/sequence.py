@@ -282,12 +282,13 @@ class SequenceBatcher:
         *,
         deadline_ns: int = 0,
         share: str = "",
+        in_turn: bool = False,
     ) -> RequestResult:
         """Queue one request of a sequence and wait for its result; cancelling the caller
         takes a request that has not started out of its sequence. A request still waiting at
         its deadline (`deadline_ns`, or its `timeout` from arrival) leaves its sequence
-        unexecuted; `share` is ignored (a sequence keeps its slot). An iterative sequence
-        model's request is a sequence of its own, whatever its flags say."""
+        unexecuted; `share` and `in_turn` are ignored (a sequence keeps its slot). An
+        iterative sequence model's request is a sequence of its own, whatever its flags say."""
         model = self._policy.model
         if self._closed:
             raise BatcherClosedError(f"model '{model}' is no longer accepting requests")

@@ -42,6 +42,9 @@ class InferOptions(msgspec.Struct, frozen=True):
     # never executed after it.
     deadline_ns: int = 0
     share: str = ""  # its fair-share class: the --fair-share-header value ("": none sent)
+    # Its answer leaves the batcher in an event-loop turn of its own (in-process HTTP, whose
+    # writes are immediate: new requests are read between a batch's answers).
+    in_turn: bool = False
 
 
 # Request parameters Triton keeps for itself (besides every `triton_...` one): never the model's.

@@ -115,6 +115,7 @@ def encode_infer(
         options.timeout_us,
         options.deadline_ns,
         options.share,
+        options.in_turn,
         dict(options.parameters),
         None
         if (sequence := options.sequence) is None
@@ -136,8 +137,8 @@ def encode_infer(
 def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferRequest]:
     """(rid, stream, request) with arena inputs as views of `inputs` (no copy)."""
     (_, rid, stream, model, version, request_id, outputs, priority, timeout_us) = message[:9]
-    deadline_ns, share, parameters, sequence, carrier, locations = message[9:15]
-    classification, received, tensors, load_report = message[15:]
+    deadline_ns, share, in_turn, parameters, sequence, carrier, locations = message[9:16]
+    classification, received, tensors, load_report = message[16:]
     options = (
         InferOptions(
             priority,
@@ -146,8 +147,11 @@ def decode_infer(message: Message, inputs: Arena) -> tuple[int, bool, InferReque
             sequence=None if sequence is None else SequenceFlags(*sequence),
             deadline_ns=deadline_ns,
             share=share,
+            in_turn=in_turn,
         )
         if priority or timeout_us or deadline_ns or share or parameters or sequence
+        else _IN_TURN
+        if in_turn
         else _NO_OPTIONS
     )
     decoded = [_decode_input(tensor, inputs) for tensor in tensors]
@@ -186,6 +190,7 @@ def _inline(name: str, datatype: DataType, shape: tuple[int, ...], data: bytes) 
 
 
 _NO_OPTIONS = InferOptions()
+_IN_TURN = InferOptions(in_turn=True)  # an HTTP request's, with no parameters
 
 
 def encode_answer(

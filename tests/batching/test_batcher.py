@@ -256,6 +256,72 @@ async def test_preserve_ordering_answers_in_dispatch_order() -> None:
     await batcher.stop(1.0)
 
 
+# Batches of 24 rows, formed once 24 are queued.
+TWENTY_FOUR = BatchPolicy.from_config(
+    parse_config(
+        'name: "m" max_batch_size: 24 dynamic_batching { max_queue_delay_microseconds: 5000000 }',
+        "inline",
+    )
+)
+
+
+async def _answer_turns(
+    batcher: Batcher, in_turn: list[bool], cancel: int | None = None
+) -> list[int]:
+    """The loop turn (counted from the batch's end) in which each of one batch's requests got
+    its answer; -1 for request `cancel`, cancelled by the first request answered in turn."""
+    loop = asyncio.get_running_loop()
+    turn = 0
+
+    def tick() -> None:
+        nonlocal turn
+        turn += 1
+        loop.call_soon(tick)
+
+    tasks: list[asyncio.Task[int]] = []
+
+    async def one(i: int) -> int:
+        await batcher.infer(_x(i), 1, in_turn=in_turn[i])
+        if cancel is not None and in_turn[i] and not tasks[cancel].done():
+            tasks[cancel].cancel()
+        return turn
+
+    tasks.extend(asyncio.create_task(one(i)) for i in range(len(in_turn)))
+    loop.call_soon(tick)
+    answered = await asyncio.gather(*tasks, return_exceptions=True)
+    first = min(t for t in answered if isinstance(t, int))
+    return [t - first if isinstance(t, int) else -1 for t in answered]
+
+
+async def test_answers_taken_in_turn_go_out_over_turns_of_the_loop() -> None:
+    batcher = Batcher("m", [Doubler()], TWENTY_FOUR)
+    await batcher.start()
+    # 8 answered together, 16 in turn: two a turn over 8 turns, in the batch's order.
+    turns = await _answer_turns(batcher, [i % 3 != 0 for i in range(24)])
+    together = [t for i, t in enumerate(turns) if i % 3 == 0]
+    assert together == [0] * 8
+    assert [t for i, t in enumerate(turns) if i % 3 != 0] == [i // 2 for i in range(16)]
+    await batcher.stop(1.0)
+
+
+async def test_a_caller_that_leaves_between_turns_is_skipped() -> None:
+    batcher = Batcher("m", [Doubler()], TWENTY_FOUR)
+    await batcher.start()
+    turns = await _answer_turns(batcher, [True] * 24, cancel=23)
+    assert turns[23] == -1
+    assert sorted(turns[:23]) == [i // 3 for i in range(24)][:23]
+    assert (await batcher.infer(_x(1), 1, in_turn=True)).outputs["y"][0, 0] == 2.0
+    await batcher.stop(1.0)
+
+
+async def test_preserve_ordering_answers_a_batch_at_once() -> None:
+    policy = replace(TWENTY_FOUR, preserve_ordering=True)
+    batcher = Batcher("m", [Doubler()], policy)
+    await batcher.start()
+    assert await _answer_turns(batcher, [True] * 24) == [0] * 24
+    await batcher.stop(1.0)
+
+
 # A 50 ms delay with Convoy's adaptive delay on.
 ADAPTIVE = BatchPolicy.from_config(
     parse_config(

@@ -184,6 +184,11 @@ def test_priority_and_timeout_are_integers() -> None:
         infer_options({"parameters": {"timeout": "soon"}})
 
 
+def test_http_answers_are_taken_in_turn() -> None:
+    # An HTTP answer is written as soon as the batcher hands it over (gRPC's are not).
+    assert infer_options({}).in_turn
+
+
 def test_message_json_keeps_64_bit_integers_numbers() -> None:
     stats = pb.ModelStatistics(
         name="m",

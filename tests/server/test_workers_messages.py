@@ -1,6 +1,7 @@
 """The wire's message layouts: a request and a response encoded by one side and decoded by the
 other, tensors placed in an arena, inline, or in a shared memory region."""
 
+import msgspec
 import numpy as np
 
 from server.contract.datatypes import BY_WIRE, encode_raw
@@ -24,7 +25,7 @@ def test_a_request_decodes_as_it_was_encoded_with_each_placement() -> None:
             InferInput("SHARED", "INT32", (4,), None, ("region", 64, 16)),
         ],
         ["OUT"],
-        InferOptions(priority=1, timeout_us=500, parameters={"key": "value"}),
+        InferOptions(priority=1, timeout_us=500, parameters={"key": "value"}, in_turn=True),
         "id-7",
         {"traceparent": "00-ab"},
         {"OUT": ("region", 128, 24)},
@@ -66,9 +67,14 @@ def test_a_request_without_options_shares_the_default_ones() -> None:
         _, stream, decoded = messages.decode_infer(
             messages.encode_infer(1, False, request, []), arena
         )
+        in_turn = msgspec.structs.replace(request, options=InferOptions(in_turn=True))
+        _, _, taken_in_turn = messages.decode_infer(
+            messages.encode_infer(2, False, in_turn, []), arena
+        )
     assert not stream
     assert decoded.options == InferOptions()
     assert decoded.inputs == [] and decoded.carrier is None and decoded.received is None
+    assert taken_in_turn.options == InferOptions(in_turn=True)  # an HTTP request's
 
 
 def test_a_response_decodes_with_its_outputs_copied_and_their_blocks_released() -> None:

@@ -46,6 +46,7 @@ class Scheduler(Protocol):
         *,
         deadline_ns: int = 0,
         share: str = "",
+        in_turn: bool = False,
     ) -> RequestResult: ...
 
     async def stop(self, timeout_s: float) -> None:

@@ -63,6 +63,7 @@ async def submit(
             None if (flags := options.sequence) is None else _step(flags),
             deadline_ns=options.deadline_ns,
             share=options.share,
+            in_turn=options.in_turn,
         )
     except (Exception, asyncio.CancelledError) as exc:
         count_failure(target.stats, exc, options, start_ns)

@@ -271,7 +271,8 @@ def _request_parameters(request: JsonObject) -> Mapping[str, Any]:
 
 def infer_options(request: JsonObject) -> InferOptions:
     """The scheduling parameters Triton reserves (`priority`, `timeout` in microseconds), and
-    the others, for the model."""
+    the others, for the model. Answers are taken in turn (`InferOptions.in_turn`): an HTTP
+    answer is written as soon as it is handed over."""
     parameters = _request_parameters(request)
     values = {}
     for key in ("priority", "timeout"):
@@ -285,6 +286,7 @@ def infer_options(request: JsonObject) -> InferOptions:
         timeout_us=values.get("timeout", 0),
         parameters=model_parameters(parameters.items()),
         sequence=_sequence(parameters),
+        in_turn=True,
     )
 
 

@@ -94,10 +94,12 @@ class EnsembleScheduler:
         *,
         deadline_ns: int = 0,
         share: str = "",
+        in_turn: bool = False,
     ) -> RequestResult:
         # The ensemble's outputs come back to the host whatever `device_outputs` says; its
         # sequence parameters go to every step, as Triton passes a correlation id on. Its
-        # deadline (the caller's, or its timeout from now) holds for every step.
+        # deadline (the caller's, or its timeout from now) holds for every step. `in_turn` is
+        # not passed on: a step answers the ensemble, not a front end.
         self._check_open()
         with self._in_flight.counted():
             flags = (
