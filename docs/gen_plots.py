@@ -21,7 +21,8 @@ COLOURS = {"Convoy": "#3f51b5", "Triton": "#76b900", "other": "#9e9e9e", "ceilin
 
 
 def _latest(benchmark: str) -> dict[str, Any]:
-    """The newest results file of a benchmark (`<date>-<benchmark>.json`)."""
+    """The newest results file of a benchmark (`<date>-<benchmark>.json`; a later run on the
+    same day adds a letter to its date: `<date>b-<benchmark>.json`)."""
     files = sorted(RESULTS.glob(f"*-{benchmark}.json"))
     if not files:
         raise SystemExit(f"no {benchmark} results under {RESULTS}")
