@@ -192,7 +192,7 @@ class Batcher:
         `sequence` is ignored, as Triton's dynamic batcher ignores correlation ids.
         `deadline_ns` (monotonic; 0: none) is when its caller stops waiting: the request is
         never executed after it. `share` is its fair-share class. `in_turn`: its answer is
-        handed over in a turn of the event loop of its own, after its batch's other answers
+        handed over in turns of the event loop, a few a turn, after its batch's other answers
         (see `_answer_in_turns`).
         """
         if self._closed:
@@ -473,7 +473,7 @@ class Batcher:
                     self._target.answered(
                         done_ns - request.candidate.enqueue_ns, request.predicted_ns
                     )
-            # Answers taken in turn go out one per loop turn, save under preserve_ordering,
+            # Answers taken in turn go out a few per loop turn, save under preserve_ordering,
             # where every answer goes now, before the next batch's (its release).
             in_turn: list[tuple[asyncio.Future[Any], RequestResult | Exception]] = []
             for request, response in zip(batch, outcome.responses, strict=True):
