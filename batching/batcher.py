@@ -362,7 +362,7 @@ class Batcher:
         immediate (in-process HTTP), a client answered early sends its next request while the
         batch's other answers are still going out, and that request starts the next batch's
         delay then, not after all of them. (gRPC's writes complete through its poller: spread
-        over turns they cost more and gained nothing, so its answers go out together.)"""
+        over turns they cost more CPU than they gained, so its answers go out together.)"""
         given = 0
         for future, answer in answers:
             if not future.done():  # a caller cancelled since its batch ended
