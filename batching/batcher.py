@@ -191,9 +191,9 @@ class Batcher:
         the outputs on a device; a batch gets device outputs when all its requests want them.
         `sequence` is ignored, as Triton's dynamic batcher ignores correlation ids.
         `deadline_ns` (monotonic; 0: none) is when its caller stops waiting: the request is
-        never executed after it. `share` is its fair-share class. `in_turn`: its answer is
-        handed over in turns of the event loop, a few a turn, after its batch's other answers
-        (see `_answer_in_turns`).
+        never executed after it. `share` is its fair-share class. `in_turn`: after a batch
+        that waited out its delay, its answer is handed over in turns of the event loop, a few
+        a turn, after its batch's other answers (see `_answer_in_turns`).
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
@@ -335,7 +335,7 @@ class Batcher:
                 if executor is not None:
                     if forming.adaptive_delay and reach is None:
                         self._note_probe(decision.size, now_ns)
-                    self._dispatch(self._queue.take(decision.count), executor)
+                    self._dispatch(self._queue.take(decision.count), executor, decision.waited)
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
                 wait_until_ns = decision.wait_until_ns
@@ -359,10 +359,13 @@ class Batcher:
     ) -> None:
         """Hand over `per_turn` answers now and as many in each of the loop's next turns: the
         requests that arrive meanwhile are read between them. Where the front end's write is
-        immediate (in-process HTTP), a client answered early sends its next request while the
-        batch's other answers are still going out, and that request starts the next batch's
-        delay then, not after all of them. (gRPC's writes complete through its poller: spread
-        over turns they cost more CPU than they gained, so its answers go out together.)"""
+        immediate (HTTP), a client answered early sends its next request while the batch's
+        other answers are still going out, and that request starts the next batch's delay
+        then, not after all of them. Only a batch that waited out its delay is answered so:
+        one sent at a size (a preferred one, the largest) waits for its last request, not its
+        first, and turns would only delay that one. (gRPC's writes complete through its
+        poller: spread over turns they cost more CPU than they gained, so its answers go out
+        together.)"""
         given = 0
         for future, answer in answers:
             if not future.done():  # a caller cancelled since its batch ended
@@ -389,8 +392,8 @@ class Batcher:
                 return executor
         return None
 
-    def _dispatch(self, batch: list[Queued], executor: Executor) -> None:
-        task = asyncio.create_task(self._execute(executor, batch, *self._ordering()))
+    def _dispatch(self, batch: list[Queued], executor: Executor, waited: bool) -> None:
+        task = asyncio.create_task(self._execute(executor, batch, *self._ordering(), waited))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -410,6 +413,7 @@ class Batcher:
         batch: list[Queued],
         previous: asyncio.Future[None] | None,
         release: asyncio.Future[None] | None,
+        waited: bool = False,
     ) -> None:
         start_ns = time.monotonic_ns()
         # It may have waited for an instance or the rate limiter since it was formed.
@@ -473,8 +477,9 @@ class Batcher:
                     self._target.answered(
                         done_ns - request.candidate.enqueue_ns, request.predicted_ns
                     )
-            # Answers taken in turn go out a few per loop turn, save under preserve_ordering,
-            # where every answer goes now, before the next batch's (its release).
+            # Answers taken in turn go out a few per loop turn after a batch that waited out
+            # its delay (`_answer_in_turns`); after one sent at a size, and under
+            # preserve_ordering (before the next batch's answers), every answer goes now.
             in_turn: list[tuple[asyncio.Future[Any], RequestResult | Exception]] = []
             for request, response in zip(batch, outcome.responses, strict=True):
                 future = request.future
@@ -493,7 +498,7 @@ class Batcher:
                         name,
                     )
                 )
-                if request.in_turn and release is None:
+                if request.in_turn and waited and release is None:
                     in_turn.append((future, answer))
                 else:
                     _settle(future, answer)

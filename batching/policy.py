@@ -184,6 +184,7 @@ class Decision:
     count: int
     wait_until_ns: int | None = None  # None with count 0: nothing to do until a change
     size: int = 0  # batch size of the requests taken, or pending while waiting
+    waited: bool = False  # taken because its oldest request waited out the queue delay
 
 
 NOTHING = Decision(0)
@@ -235,7 +236,7 @@ def next_batch(
     if send_now or pending >= largest_preferred:
         return Decision(count, size=pending)
     if delay_exceeded or policy.max_queue_delay_ns == 0:
-        return Decision(count, size=pending)
+        return Decision(count, size=pending, waited=delay_exceeded)
     if policy.adaptive_delay and reach is not None and pending >= reach:
         # Waiting out the delay lately grew no batch beyond this: the rest would be idle.
         return Decision(count, size=pending)

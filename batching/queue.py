@@ -35,7 +35,7 @@ class Queued:
     expires_ns: int | None = None  # its deadline: never executed from then on; None: none
     share: str = ""  # its fair-share class (the client's header value; "": the shared one)
     predicted_ns: float = 0.0  # its time in the batcher as the latency target predicted it
-    in_turn: bool = False  # its answer is handed over in turns of the event loop
+    in_turn: bool = False  # its answer may be handed over in turns of the event loop
 
 
 def split_expired(requests: Iterable[Queued], now_ns: int) -> tuple[list[Queued], list[Queued]]:

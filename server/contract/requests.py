@@ -42,8 +42,9 @@ class InferOptions(msgspec.Struct, frozen=True):
     # never executed after it.
     deadline_ns: int = 0
     share: str = ""  # its fair-share class: the --fair-share-header value ("": none sent)
-    # Its answer leaves the batcher in turns of the event loop, a few a turn (HTTP, whose
-    # writes are immediate: new requests are read between a batch's answers).
+    # After a batch that waited out its delay, its answer leaves the batcher in turns of the
+    # event loop, a few a turn (HTTP, whose writes are immediate: new requests are read
+    # between a batch's answers).
     in_turn: bool = False
 
 

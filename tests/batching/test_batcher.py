@@ -256,13 +256,14 @@ async def test_preserve_ordering_answers_in_dispatch_order() -> None:
     await batcher.stop(1.0)
 
 
-# Batches of 24 rows, formed once 24 are queued.
-TWENTY_FOUR = BatchPolicy.from_config(
+# A batch waits out a 20 ms delay, up to 32 rows; or is sent at once at a preferred 24.
+WAITING = BatchPolicy.from_config(
     parse_config(
-        'name: "m" max_batch_size: 24 dynamic_batching { max_queue_delay_microseconds: 5000000 }',
+        'name: "m" max_batch_size: 32 dynamic_batching { max_queue_delay_microseconds: 20000 }',
         "inline",
     )
 )
+AT_24 = replace(WAITING, preferred_batch_sizes=(24,))
 
 
 async def _answer_turns(
@@ -294,7 +295,7 @@ async def _answer_turns(
 
 
 async def test_answers_taken_in_turn_go_out_over_turns_of_the_loop() -> None:
-    batcher = Batcher("m", [Doubler()], TWENTY_FOUR)
+    batcher = Batcher("m", [Doubler()], WAITING)
     await batcher.start()
     # 8 answered together, 16 in turn: two a turn over 8 turns, in the batch's order.
     turns = await _answer_turns(batcher, [i % 3 != 0 for i in range(24)])
@@ -305,7 +306,7 @@ async def test_answers_taken_in_turn_go_out_over_turns_of_the_loop() -> None:
 
 
 async def test_a_caller_that_leaves_between_turns_is_skipped() -> None:
-    batcher = Batcher("m", [Doubler()], TWENTY_FOUR)
+    batcher = Batcher("m", [Doubler()], WAITING)
     await batcher.start()
     turns = await _answer_turns(batcher, [True] * 24, cancel=23)
     assert turns[23] == -1
@@ -315,8 +316,16 @@ async def test_a_caller_that_leaves_between_turns_is_skipped() -> None:
 
 
 async def test_preserve_ordering_answers_a_batch_at_once() -> None:
-    policy = replace(TWENTY_FOUR, preserve_ordering=True)
+    policy = replace(WAITING, preserve_ordering=True)
     batcher = Batcher("m", [Doubler()], policy)
+    await batcher.start()
+    assert await _answer_turns(batcher, [True] * 24) == [0] * 24
+    await batcher.stop(1.0)
+
+
+async def test_a_batch_sent_at_a_preferred_size_is_answered_at_once() -> None:
+    # Its next batch waits for its last request, not its first: turns would delay that one.
+    batcher = Batcher("m", [Doubler()], AT_24)
     await batcher.start()
     assert await _answer_turns(batcher, [True] * 24) == [0] * 24
     await batcher.stop(1.0)

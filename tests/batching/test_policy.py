@@ -63,7 +63,12 @@ def test_after_the_delay_whatever_is_pending_is_sent() -> None:
     chosen = policy(
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
     )
-    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 12 * MS) == Decision(2, size=2)
+    # Sent because it waited out the delay (the batcher answers such a batch in turns).
+    assert next_batch(queued(1, 1, at_ns=10 * MS), chosen, 12 * MS) == Decision(
+        2, size=2, waited=True
+    )
+    # At the largest preferred size it goes at once, without waiting.
+    assert next_batch(queued(1, 3, at_ns=10 * MS), chosen, 12 * MS) == Decision(2, size=4)
 
 
 def test_pending_at_the_largest_preferred_size_goes_at_once() -> None:
