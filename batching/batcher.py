@@ -35,6 +35,7 @@ from batching.messages import (
     SequenceStep,
     TensorMap,
 )
+from batching.natural import NaturalBatching
 from batching.policy import (
     BatchPolicy,
     Candidate,
@@ -85,7 +86,10 @@ class Batcher:
         policy: BatchPolicy,
         observer: Observer | None = None,
         gate: ExecutionGate | None = None,
+        *,
+        loop_cpu_ns: Callable[[], int] = time.thread_time_ns,
     ) -> None:
+        """`loop_cpu_ns`: the CPU clock of the event loop's thread (natural batching's)."""
         if not executors:
             raise ValueError(f"batcher '{name}' needs at least one executor")
         self._name = name
@@ -112,6 +116,15 @@ class Batcher:
             else None
         )
         self._forming = policy
+        # Natural batching (batching.natural): a batcher without a delay measures the loop.
+        self._natural = (
+            NaturalBatching(policy, loop_cpu_ns)
+            if policy.dynamic
+            and policy.natural_batching
+            and not policy.max_queue_delay_ns
+            and self._target is None
+            else None
+        )
         # Whether an arrival may leave the loop asleep (see `_Quiet`): one priority level, no
         # fair share, no latency target, no rate limiter, and batches of one shape.
         self._may_sleep_through = (
@@ -326,6 +339,8 @@ class Batcher:
             quiet_rows: int | None = None  # the rows of a batch waited for (None: busy)
             reach = None
             if self._idle and len(self._queue):
+                if self._natural is not None:
+                    self._measure_load(now_ns)
                 forming = self._forming
                 reach = self._known_reach(now_ns) if forming.adaptive_delay else None
                 decision = next_batch(
@@ -335,6 +350,8 @@ class Batcher:
                 if executor is not None:
                     if forming.adaptive_delay and reach is None:
                         self._note_probe(decision.size, now_ns)
+                    if self._natural is not None:
+                        self._natural.sent(decision.size)
                     self._dispatch(self._queue.take(decision.count), executor, decision.waited)
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
@@ -381,6 +398,15 @@ class Batcher:
             f"model '{self._name}': the request's deadline passed (or would, before its batch "
             f"finished) after {waited_ms:.1f} ms in the queue; it was not executed"
         )
+
+    def _measure_load(self, now_ns: int) -> None:
+        """Natural batching: wait for batch-mates while the loop is saturated, not after."""
+        assert self._natural is not None
+        forming = self._natural.forming(now_ns)
+        if forming is not None:
+            self._forming = forming
+            how = "wait for batch-mates" if forming.adaptive_delay else "go at once"
+            _log.debug("model '%s': batches %s (natural batching)", self._name, how)
 
     def _runnable(self) -> Executor | None:
         """An idle instance that may run now (the first, without a gate)."""

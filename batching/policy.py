@@ -76,6 +76,7 @@ class BatchPolicy:
     latency_target_ns: int = 0  # convoy_latency_target_ms (p99 in the server); 0: none
     fair_share: bool = False  # convoy_fair_share: a level serves its clients' classes in turn
     share_weights: tuple[tuple[str, int], ...] = ()  # (class, weight >= 1); others weigh 1
+    natural_batching: bool = True  # without a delay, wait for batch-mates on a saturated loop
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> BatchPolicy:
@@ -129,6 +130,7 @@ class BatchPolicy:
             latency_target_ns=round(target * 1_000_000) if dynamic else 0,
             fair_share=_parameter(config, "convoy_fair_share").lower() in _TRUE,
             share_weights=_weights(config),
+            natural_batching=_parameter(config, "convoy_natural_batching").lower() not in _FALSE,
         )
 
     def shape_key(self, inputs: TensorMap) -> tuple[object, ...]:
@@ -147,6 +149,7 @@ class BatchPolicy:
 
 
 _TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
 
 
 def _parameter(config: mc.ModelConfig, key: str) -> str:

@@ -593,3 +593,44 @@ async def test_arrivals_during_a_delay_still_complete_a_preferred_batch_at_once(
     assert [float(r.outputs["y"][0, 0]) for r in results] == [2.0, 6.0, 8.0]
     assert [len(call) for call in executor.calls] == [3]
     await batcher.stop(1.0)
+
+
+async def _scattered(batcher: Batcher, seconds: float) -> None:
+    """Requests one at a time, a few turns of the loop apart, as unary gRPC calls reach the
+    batcher on a busy loop."""
+    tasks = []
+    stop_s = time.monotonic() + seconds
+    while time.monotonic() < stop_s:
+        tasks.append(asyncio.create_task(batcher.infer(_x(1), 1)))
+        for _ in range(3):
+            await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+
+
+async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop() -> None:
+    """Without a queue delay, scattered requests run one at a time; once the loop's thread reads
+    as busy all the time (here its CPU clock is the wall clock), batches wait for batch-mates."""
+    records: list[ExecutionRecord] = []
+    policy = dynamic("")
+    saturated = Batcher("m", [Doubler()], policy, records.append, loop_cpu_ns=time.monotonic_ns)
+    await saturated.start()
+    await _scattered(saturated, 0.1)
+    sizes = [record.batch_size for record in records]
+    assert max(sizes[:5]) == 1  # the first window measures; batches go at once meanwhile
+    assert max(sizes[-10:]) > 1
+    await saturated.stop(1.0)
+    # An idle loop (its CPU clock stands still), or the parameter off: batches go at once.
+    opted_out = parse_config(
+        'name: "m" max_batch_size: 8 dynamic_batching { } '
+        'parameters { key: "convoy_natural_batching" value: { string_value: "false" } }',
+        "inline",
+    )
+    for policy, clock in ((dynamic(""), lambda: 0), (BatchPolicy.from_config(opted_out), None)):
+        records.clear()
+        batcher = Batcher(
+            "m", [Doubler()], policy, records.append, loop_cpu_ns=clock or time.monotonic_ns
+        )
+        await batcher.start()
+        await _scattered(batcher, 0.1)
+        assert sum(r.batch_size for r in records) / len(records) < 1.5
+        await batcher.stop(1.0)

@@ -1,0 +1,99 @@
+"""Natural batching: what a dynamic batcher without a queue delay does while the event loop is
+saturated.
+
+Triton's dynamic batcher without a delay still forms batches under load: its front end accepts
+requests on threads of its own while an instance computes, and the next batch holds what came
+meanwhile. Convoy's front end and a fast model's batches share the event loop, where unary gRPC
+calls reach the batcher one at a time, so the same config batches nothing: every request pays a
+whole batch's cost on the loop (mlp over unary gRPC, 2 cores, c = 32: batches of 1.02, about 190
+us of the loop's CPU per batch). While the loop is saturated a short wait costs the client
+nothing it would not wait anyway, in line behind the others, and each batch-mate saves the loop
+a batch. So while the loop's thread is busy for `SATURATED` of the time and the batches sent at
+once stay under `SMALL_BATCH` rows on average, such a batcher waits up to `NATURAL_DELAY_NS` for
+batch-mates, ending each wait at the size recent waits reached (the adaptive delay). Front ends
+that hand the batcher several requests a turn (HTTP, gRPC streams) batch without waiting at high
+load, where waiting lost them 12-15%: their batches are not small. The waits stop once the share
+drops under `UNSATURATED`, and every `RECHECK_WINDOWS` windows for one window, to see what
+batches go at once then. The two thresholds differ because batching itself frees the loop: with
+one threshold, the share would fall as the waits began and end them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from batching.policy import BatchPolicy
+
+NATURAL_DELAY_NS = 1_000_000  # mlp over unary gRPC, 2 cores: 1 ms served best of 0.25-2 ms
+SATURATED = 0.9  # the loop thread's busy share that starts the waits
+UNSATURATED = 0.6  # and the share under which they stop
+SMALL_BATCH = 4.0  # batches sent at once this large on average need no waits
+WINDOW_NS = 20_000_000  # the loop's busy share and the batches are measured over windows
+RECHECK_WINDOWS = 50  # windows of waits before one without, to measure batches sent at once
+
+
+def natural_policy(policy: BatchPolicy) -> BatchPolicy:
+    """The policy batches are formed with while the batcher waits for batch-mates."""
+    return replace(policy, max_queue_delay_ns=NATURAL_DELAY_NS, adaptive_delay=True)
+
+
+def waits(busy: float, mean_batch: float, waiting: int) -> bool:
+    """Whether a batcher waits for batch-mates in the next window, after one in which the loop's
+    thread was busy for `busy` of the time and its batches held `mean_batch` rows on average;
+    `waiting`: the windows in a row it has waited so far (0: it sent at once)."""
+    if not waiting:
+        return busy >= SATURATED and mean_batch < SMALL_BATCH
+    return busy >= UNSATURATED and waiting < RECHECK_WINDOWS
+
+
+class NaturalBatching:
+    """One batcher's natural batching, window by window. Event-loop owned.
+
+    `cpu_ns` is the loop thread's CPU clock (`time.thread_time_ns`); the wall clock is the
+    caller's. `sent` counts each batch; `forming` says which policy batches are formed with.
+    """
+
+    __slots__ = (
+        "_batches",
+        "_cpu_ns",
+        "_natural",
+        "_plain",
+        "_rows",
+        "_start_cpu_ns",
+        "_start_ns",
+        "waiting",
+    )
+
+    def __init__(self, policy: BatchPolicy, cpu_ns: Callable[[], int]) -> None:
+        self._plain = policy
+        self._natural = natural_policy(policy)
+        self._cpu_ns = cpu_ns
+        self._start_ns = 0  # 0: no window begun
+        self._start_cpu_ns = 0
+        self._batches = 0
+        self._rows = 0
+        self.waiting = 0  # windows in a row with waits (0: batches go at once)
+
+    def sent(self, rows: int) -> None:
+        self._batches += 1
+        self._rows += rows
+
+    def forming(self, now_ns: int) -> BatchPolicy | None:
+        """At a window's end (`WINDOW_NS` after its start), the policy for the next one when it
+        changes; None otherwise."""
+        if self._start_ns and now_ns - self._start_ns < WINDOW_NS:
+            return None
+        cpu_ns = self._cpu_ns()
+        started_ns, started_cpu_ns = self._start_ns, self._start_cpu_ns
+        batches, rows = self._batches, self._rows
+        self._start_ns, self._start_cpu_ns = now_ns, cpu_ns
+        self._batches = self._rows = 0
+        if not started_ns:
+            return None
+        busy = (cpu_ns - started_cpu_ns) / (now_ns - started_ns)
+        before = self.waiting
+        self.waiting = before + 1 if waits(busy, rows / max(batches, 1), before) else 0
+        if bool(self.waiting) == bool(before):
+            return None
+        return self._natural if self.waiting else self._plain
