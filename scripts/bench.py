@@ -43,8 +43,11 @@ About 12 minutes on 2 cores (14 with --triton). Options: --models mlp,resnet18
 --front-ends grpc,stream,http,http-wrk (instead of each model's own)  --triton DIR (the
 `pytriton/tritonserver` folder of an environment with nvidia-pytriton 0.7.0). On a GPU machine
 (scripts/gpu_check.sh): --gpu serves every variant with KIND_GPU instances (the ceiling and
-FastAPI, CPU figures, are then skipped), --instances N sets the instance count of every variant,
---nvml adds each Convoy row's mean GPU utilization, sampled through NVML while perf_analyzer runs.
+FastAPI, CPU figures, are then skipped), --instances N sets the instance count of every variant
+(Triton live's too), --nvml adds each Convoy row's mean GPU utilization, sampled through NVML
+while perf_analyzer runs. --dynamic-batching BLOCK replaces every model's dynamic_batching block:
+with `--instances 2`, `--dynamic-batching 'dynamic_batching { }'` serves mlp as the README's
+example repository writes it.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -189,6 +192,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--instances", type=int, default=0, help="instances per variant (default: the spec's)"
     )
     parser.add_argument(
+        "--dynamic-batching",
+        metavar="BLOCK",
+        help="every model's dynamic_batching block instead of its own, e.g. 'dynamic_batching { }'",
+    )
+    parser.add_argument(
         "--nvml", action="store_true", help="sample GPU utilization (NVML) during each run"
     )
     parser.add_argument("--out", type=Path, help="write every number as JSON here")
@@ -218,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_average = os.getloadavg()
     start_s = time.monotonic()
     specs = [SPECS[name] for name in args.models]
+    if args.dynamic_batching:
+        specs = [replace(spec, dynamic_batching=f"{args.dynamic_batching}\n") for spec in specs]
     subprocess.run([str(PERF_ANALYZER), "--prepare-only"], check=True, stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="convoy-bench-") as tmp:
         settings = Settings(
@@ -244,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.gpu:
             rows += run_fastapi(specs, settings)
         if args.triton:
-            rows += run_triton(args.triton.resolve(), specs, settings)
+            # The same instance count; the kind stays the spec's (Triton live runs on the CPU).
+            rows += run_triton(args.triton.resolve(), specs, settings, Placing("", args.instances))
     rows.sort(key=_order(args.models))
     look = Lookup(rows, ceilings)
     host = Machine.read(load_average)

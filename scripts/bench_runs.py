@@ -28,7 +28,15 @@ from scripts.bench_drivers import (
 )
 from scripts.bench_report import row_cells
 from scripts.bench_results import CANNED, CONVOY, FASTAPI, FASTAPI_FORMS, TRITON, Row
-from scripts.bench_setup import RAW, ModelSpec, Plan, kserve_headers, plans, variant_config
+from scripts.bench_setup import (
+    RAW,
+    ModelSpec,
+    Placing,
+    Plan,
+    kserve_headers,
+    plans,
+    variant_config,
+)
 
 CONVOY_LINE = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
 GRPC_LINE = re.compile(r"serving gRPC on [\d.]+:(\d+)")
@@ -260,17 +268,20 @@ def run_fastapi(specs: Sequence[ModelSpec], settings: Settings) -> list[Row]:
     return rows
 
 
-def run_triton(triton_dir: Path, specs: Sequence[ModelSpec], settings: Settings) -> list[Row]:
+def run_triton(
+    triton_dir: Path, specs: Sequence[ModelSpec], settings: Settings, placing: Placing
+) -> list[Row]:
     """Triton 2.51 live: each model's `on` variant, Python backend, over perf_analyzer's front
     ends, each front end on a server of its own, and a front end that measured nothing once more
     on a fresh one: Triton 2.51 here now and then crashes (SIGSEGV in
     TRITONSERVER_InferenceRequestDelete) or hangs on a streaming run, so that costs one try, not
-    the other front ends' figures."""
+    the other front ends' figures. `placing`: as Convoy's variants are placed."""
     root = settings.scratch / "triton"
     repo = root / "repository"
     for spec in specs:
         onnx_path = settings.scratch / f"{spec.name}.onnx"
-        triton_live.write_model(repo, f"{spec.name}_on", variant_config(spec, "on"), onnx_path)
+        config = variant_config(spec, "on", placing)
+        triton_live.write_model(repo, f"{spec.name}_on", config, onnx_path)
     backends = triton_live.backend_directory(triton_dir, root)
     plans = [
         Plan(spec, "on", fe)

@@ -305,8 +305,8 @@ CONFIG_SUPPORT: dict[str, str] = {
     "`session.intra_op.allow_spinning` and `session.intra_op.spin_duration_us` (default: idle "
     "threads spin for 50 us, then sleep; `allow_spinning` `1` alone is ONNX Runtime's own spin, "
     "`0` none), `execution_mode` (`1`: parallel); the PyTorch and OpenVINO backends' parameters "
-    "(see [Backends](../guide/backends.md)); Convoy's `convoy_adaptive_queue_delay` (see "
-    "[Batching](../guide/batching.md)), `convoy_execute_timeout_s`, "
+    "(see [Backends](../guide/backends.md)); Convoy's `convoy_adaptive_queue_delay` and "
+    "`convoy_natural_batching` (see [Batching](../guide/batching.md)), `convoy_execute_timeout_s`, "
     "`convoy_initialize_timeout_s`, `convoy_in_process` and `convoy_inline_execute` (Python "
     "models); every parameter "
     "reaches a Python model's `args['model_config']`",
