@@ -152,6 +152,11 @@ class Batcher:
         return len(self._queue)
 
     @property
+    def waits_for_batch_mates(self) -> bool:
+        """Whether natural batching holds its batches for batch-mates now."""
+        return self._natural is not None and self._natural.waiting > 0
+
+    @property
     def in_flight(self) -> int:
         """Requests accepted and not yet answered (queued or executing)."""
         return self._in_flight.count

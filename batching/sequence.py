@@ -242,6 +242,10 @@ class SequenceBatcher:
         return sum(len(s.requests) - s.running for s in self._all_sequences())
 
     @property
+    def waits_for_batch_mates(self) -> bool:
+        return False  # a sequence's requests run as they come: natural batching is dynamic's
+
+    @property
     def executor_count(self) -> int:
         return len(self._lanes)
 

@@ -618,6 +618,7 @@ async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop()
     sizes = [record.batch_size for record in records]
     assert max(sizes[:5]) == 1  # the first window measures; batches go at once meanwhile
     assert max(sizes[-10:]) > 1
+    assert saturated.waits_for_batch_mates  # what convoy_natural_batching reports
     await saturated.stop(1.0)
     # An idle loop (its CPU clock stands still), or the parameter off: batches go at once.
     opted_out = parse_config(
@@ -633,4 +634,5 @@ async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop()
         await batcher.start()
         await _scattered(batcher, 0.1)
         assert sum(r.batch_size for r in records) / len(records) < 1.5
+        assert not batcher.waits_for_batch_mates
         await batcher.stop(1.0)

@@ -1,6 +1,7 @@
 """The server's load, for autoscaling: per model version, the requests in flight (queued or
-executing) and what its instances can run at once; and `convoy_load_ratio`, the most loaded
-version's in flight over its capacity, which idle models beside a busy one cannot pull down.
+executing), what its instances can run at once and whether its batches wait for batch-mates on
+a saturated event loop (natural batching); and `convoy_load_ratio`, the most loaded version's
+in flight over its capacity, which idle models beside a busy one cannot pull down.
 
 Ensembles are left out: their requests run, and are counted, on the composing models.
 """
@@ -33,8 +34,8 @@ def load_report(version: ModelVersion, versions: Iterable[ModelVersion]) -> Load
 
 
 def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
-    """`convoy_inference_inflight_requests` and `convoy_inference_capacity` per version, and
-    the server's `convoy_load_ratio`."""
+    """`convoy_inference_inflight_requests`, `convoy_inference_capacity` and
+    `convoy_natural_batching` per version, and the server's `convoy_load_ratio`."""
     served = [(v, v.scheduler.in_flight, capacity(v)) for v in versions if v.instances]
     in_flight = Metric(
         "convoy_inference_inflight_requests",
@@ -51,6 +52,15 @@ def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
         labels = {"model": version.name, "version": str(version.version)}
         in_flight.add_sample(in_flight.name, labels, count)
         room.add_sample(room.name, labels, size)
+    natural = Metric(
+        "convoy_natural_batching",
+        "1 while the version's batches, without a queue delay, wait for batch-mates because the "
+        "event loop is saturated (natural batching; Convoy's addition)",
+        "gauge",
+    )
+    for version, _, _ in served:
+        labels = {"model": version.name, "version": str(version.version)}
+        natural.add_sample(natural.name, labels, int(version.scheduler.waits_for_batch_mates))
     ratio = Metric(
         "convoy_load_ratio",
         "Largest in-flight requests / capacity over the loaded model versions; above 1, "
@@ -58,4 +68,4 @@ def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
         "gauge",
     )
     ratio.add_sample(ratio.name, {}, load_ratio((count, size) for _, count, size in served))
-    yield from (in_flight, room, ratio)
+    yield from (in_flight, room, natural, ratio)

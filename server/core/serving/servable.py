@@ -34,6 +34,12 @@ class Scheduler(Protocol):
         """Requests waiting and not yet executing."""
         ...
 
+    @property
+    def waits_for_batch_mates(self) -> bool:
+        """Whether its batches wait for batch-mates now, without a queue delay of their own
+        (natural batching, `batching.natural`)."""
+        ...
+
     async def infer(
         self,
         inputs: dict[str, npt.NDArray[Any]],

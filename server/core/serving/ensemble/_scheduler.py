@@ -82,6 +82,10 @@ class EnsembleScheduler:
     def queue_depth(self) -> int:
         return 0  # requests wait in the composing models' queues, and are counted there
 
+    @property
+    def waits_for_batch_mates(self) -> bool:
+        return False  # its steps' batchers do, each on its own
+
     async def infer(
         self,
         inputs: dict[str, npt.NDArray[Any]],
