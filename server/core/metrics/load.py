@@ -48,18 +48,16 @@ def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
         "(Convoy's addition)",
         "gauge",
     )
-    for version, count, size in served:
-        labels = {"model": version.name, "version": str(version.version)}
-        in_flight.add_sample(in_flight.name, labels, count)
-        room.add_sample(room.name, labels, size)
     natural = Metric(
         "convoy_natural_batching",
         "1 while the version's batches, without a queue delay, wait for batch-mates because the "
         "event loop is saturated (natural batching; Convoy's addition)",
         "gauge",
     )
-    for version, _, _ in served:
+    for version, count, size in served:
         labels = {"model": version.name, "version": str(version.version)}
+        in_flight.add_sample(in_flight.name, labels, count)
+        room.add_sample(room.name, labels, size)
         natural.add_sample(natural.name, labels, int(version.scheduler.waits_for_batch_mates))
     ratio = Metric(
         "convoy_load_ratio",
