@@ -154,7 +154,7 @@ class Batcher:
     @property
     def waits_for_batch_mates(self) -> bool:
         """Whether natural batching holds its batches for batch-mates now."""
-        return self._natural is not None and self._natural.waiting > 0
+        return self._natural is not None and self._natural.streak.waiting > 0
 
     @property
     def in_flight(self) -> int:

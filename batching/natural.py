@@ -8,20 +8,21 @@ calls reach the batcher one at a time, so the same config batches nothing: every
 whole batch's cost on the loop (mlp over unary gRPC, 2 cores, c = 32: batches of 1.02, about 190
 us of the loop's CPU per batch). While the loop is saturated a short wait costs the client
 nothing it would not wait anyway, in line behind the others, and each batch-mate saves the loop
-a batch. So while the loop's thread is busy for `SATURATED` of the time and the batches sent at
-once stay under `SMALL_BATCH` rows on average, such a batcher waits up to `NATURAL_DELAY_NS` for
-batch-mates, ending each wait at the size recent waits reached (the adaptive delay). Front ends
-that hand the batcher several requests a turn (HTTP, gRPC streams) batch without waiting at high
-load, where waiting lost them 12-15%: their batches are not small. The waits stop once the share
-drops under `UNSATURATED`, and every `RECHECK_WINDOWS` windows for one window, to see what
-batches go at once then. The two thresholds differ because batching itself frees the loop: with
-one threshold, the share would fall as the waits began and end them.
+a batch. So once the loop's thread has been busy for `SATURATED` of the time for `START_WINDOWS`
+windows in a row and the batches sent at once stay under `SMALL_BATCH` rows on average, such a
+batcher waits up to `NATURAL_DELAY_NS` for batch-mates, ending each wait at the size recent
+waits reached (the adaptive delay). Front ends that hand the batcher several requests a turn
+(HTTP, gRPC streams) batch without waiting at high load, where waiting lost them 12-15%: their
+batches are not small. The waits stop once the share drops under `UNSATURATED`, and every
+`RECHECK_WINDOWS` windows for one window, to see what batches go at once then. The two
+thresholds differ because batching itself frees the loop: with one threshold, the share would
+fall as the waits began and end them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from batching.policy import BatchPolicy
 
@@ -32,6 +33,7 @@ SATURATED = 0.9  # the loop thread's busy share that starts the waits
 UNSATURATED = 0.6  # and the share under which they stop
 SMALL_BATCH = 4.0  # batches sent at once this large on average need no waits
 WINDOW_NS = 20_000_000  # the loop's busy share and the batches are measured over windows
+START_WINDOWS = 5  # saturated windows in a row before the waits begin
 RECHECK_WINDOWS = 50  # windows of waits before one without, to measure batches sent at once
 
 
@@ -40,13 +42,31 @@ def natural_policy(policy: BatchPolicy) -> BatchPolicy:
     return replace(policy, max_queue_delay_ns=NATURAL_DELAY_NS, adaptive_delay=True)
 
 
-def waits(busy: float, mean_batch: float, waiting: int) -> bool:
-    """Whether a batcher waits for batch-mates in the next window, after one in which the loop's
-    thread was busy for `busy` of the time and its batches held `mean_batch` rows on average;
-    `waiting`: the windows in a row it has waited so far (0: it sent at once)."""
-    if not waiting:
-        return busy >= SATURATED and mean_batch < SMALL_BATCH
-    return busy >= UNSATURATED and waiting < RECHECK_WINDOWS
+@dataclass(frozen=True, slots=True)
+class Streak:
+    """Where a batcher stands, in windows."""
+
+    saturated: int = 0  # in a row, saturated with small batches, before the waits began
+    waiting: int = 0  # in a row with waits (0: batches go at once)
+
+
+def next_streak(streak: Streak, busy: float, mean_batch: float) -> Streak:
+    """The streak after a window in which the loop's thread was busy for `busy` of the time and
+    the batcher's batches held `mean_batch` rows on average. Waits begin after `START_WINDOWS`
+    saturated windows in a row (a loop busy 70% of the time has single windows over 90%), or one
+    after the window without waits that checks the batches every `RECHECK_WINDOWS`."""
+    if streak.waiting:
+        if busy < UNSATURATED:
+            return Streak()
+        if streak.waiting < RECHECK_WINDOWS:
+            return Streak(waiting=streak.waiting + 1)
+        # A window without waits, to measure the batches that go at once: one more saturated
+        # window with small batches, and the waits begin again.
+        return Streak(saturated=START_WINDOWS - 1)
+    if busy >= SATURATED and mean_batch < SMALL_BATCH:
+        saturated = streak.saturated + 1
+        return Streak(waiting=1) if saturated >= START_WINDOWS else Streak(saturated=saturated)
+    return Streak()
 
 
 class NaturalBatching:
@@ -64,7 +84,7 @@ class NaturalBatching:
         "_rows",
         "_start_cpu_ns",
         "_start_ns",
-        "waiting",
+        "streak",
     )
 
     def __init__(self, policy: BatchPolicy, cpu_ns: Callable[[], int]) -> None:
@@ -75,7 +95,7 @@ class NaturalBatching:
         self._start_cpu_ns = 0
         self._batches = 0
         self._rows = 0
-        self.waiting = 0  # windows in a row with waits (0: batches go at once)
+        self.streak = Streak()
 
     def sent(self, rows: int) -> None:
         self._batches += 1
@@ -94,8 +114,8 @@ class NaturalBatching:
         if not started_ns:
             return None
         busy = (cpu_ns - started_cpu_ns) / (now_ns - started_ns)
-        before = self.waiting
-        self.waiting = before + 1 if waits(busy, rows / max(batches, 1), before) else 0
-        if bool(self.waiting) == bool(before):
+        before = self.streak.waiting
+        self.streak = next_streak(self.streak, busy, rows / max(batches, 1))
+        if bool(self.streak.waiting) == bool(before):
             return None
-        return self._natural if self.waiting else self._plain
+        return self._natural if self.streak.waiting else self._plain

@@ -614,9 +614,9 @@ async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop()
     policy = dynamic("")
     saturated = Batcher("m", [Doubler()], policy, records.append, loop_cpu_ns=time.monotonic_ns)
     await saturated.start()
-    await _scattered(saturated, 0.1)
+    await _scattered(saturated, 0.25)
     sizes = [record.batch_size for record in records]
-    assert max(sizes[:5]) == 1  # the first window measures; batches go at once meanwhile
+    assert max(sizes[:5]) == 1  # the first windows measure; batches go at once meanwhile
     assert max(sizes[-10:]) > 1
     assert saturated.waits_for_batch_mates  # what convoy_natural_batching reports
     await saturated.stop(1.0)

@@ -7,11 +7,13 @@ from batching.natural import (
     RECHECK_WINDOWS,
     SATURATED,
     SMALL_BATCH,
+    START_WINDOWS,
     UNSATURATED,
     WINDOW_NS,
     NaturalBatching,
+    Streak,
     natural_policy,
-    waits,
+    next_streak,
 )
 from server.core.repository import parse_config
 
@@ -20,17 +22,27 @@ POLICY = BatchPolicy.from_config(
 )
 
 
-def test_waits_start_on_a_saturated_loop_whose_batches_are_small() -> None:
-    assert waits(SATURATED, 1.0, 0)
-    assert not waits(SATURATED - 0.01, 1.0, 0)  # the loop has time to spare
-    assert not waits(1.0, SMALL_BATCH, 0)  # its front end already hands over batches
+def test_waits_start_after_saturated_windows_in_a_row_whose_batches_are_small() -> None:
+    streak = Streak()
+    for count in range(1, START_WINDOWS):
+        streak = next_streak(streak, SATURATED, 1.0)
+        assert streak == Streak(saturated=count)
+    assert next_streak(streak, SATURATED, 1.0) == Streak(waiting=1)
+    # A window with time to spare, or with batches that are not small, starts the count again.
+    assert next_streak(streak, SATURATED - 0.01, 1.0) == Streak()
+    assert next_streak(streak, 1.0, SMALL_BATCH) == Streak()
 
 
 def test_waits_go_on_until_the_loop_has_time_or_a_window_without_them_is_due() -> None:
-    assert waits(UNSATURATED, 6.0, 1)  # batching freed the loop: large batches, less busy
-    assert not waits(UNSATURATED - 0.01, 6.0, 1)
-    assert waits(1.0, 6.0, RECHECK_WINDOWS - 1)
-    assert not waits(1.0, 6.0, RECHECK_WINDOWS)
+    waiting = Streak(waiting=1)
+    assert next_streak(waiting, UNSATURATED, 6.0) == Streak(waiting=2)  # batching freed the loop
+    assert next_streak(waiting, UNSATURATED - 0.01, 6.0) == Streak()
+    assert next_streak(Streak(waiting=RECHECK_WINDOWS - 1), 1.0, 6.0).waiting == RECHECK_WINDOWS
+    # Then one window without waits: if its batches are still small, the waits begin again.
+    rechecking = next_streak(Streak(waiting=RECHECK_WINDOWS), 1.0, 6.0)
+    assert rechecking == Streak(saturated=START_WINDOWS - 1)
+    assert next_streak(rechecking, 1.0, 1.0) == Streak(waiting=1)
+    assert next_streak(rechecking, 1.0, SMALL_BATCH) == Streak()
 
 
 def test_the_natural_policy_waits_a_millisecond_up_to_the_reach() -> None:
@@ -54,21 +66,28 @@ def test_windows_switch_the_policy_and_back() -> None:
     cpu = Clock()
     natural = NaturalBatching(POLICY, cpu)
     assert natural.forming(1_000) is None  # the first window begins
+    now_ns = 1_000
+    for _ in range(START_WINDOWS - 1):  # busy all the time, batches of one: counted
+        natural.sent(1)
+        cpu.ns += WINDOW_NS // 2
+        assert natural.forming(now_ns + WINDOW_NS - 1) is None  # not a whole window yet
+        cpu.ns += WINDOW_NS // 2
+        now_ns += WINDOW_NS
+        assert natural.forming(now_ns) is None
     natural.sent(1)
-    cpu.ns += WINDOW_NS // 2
-    assert natural.forming(1_000 + WINDOW_NS - 1) is None  # not a whole window yet
-    cpu.ns += WINDOW_NS // 2
-    forming = natural.forming(1_000 + WINDOW_NS)  # busy all the window, batches of one
+    cpu.ns += WINDOW_NS
+    now_ns += WINDOW_NS
+    forming = natural.forming(now_ns)
     assert forming is not None and forming.max_queue_delay_ns == NATURAL_DELAY_NS
-    assert natural.waiting == 1
-    start_ns = 1_000 + WINDOW_NS
-    for window in range(1, RECHECK_WINDOWS):  # saturated on: the policy stays
+    assert natural.streak == Streak(waiting=1)
+    for _ in range(1, RECHECK_WINDOWS):  # saturated on: the policy stays
         natural.sent(8)
         cpu.ns += WINDOW_NS
-        assert natural.forming(start_ns + window * WINDOW_NS) is None
+        now_ns += WINDOW_NS
+        assert natural.forming(now_ns) is None
     cpu.ns += WINDOW_NS
-    assert natural.forming(start_ns + RECHECK_WINDOWS * WINDOW_NS) is POLICY  # one window off
-    assert natural.waiting == 0
+    assert natural.forming(now_ns + WINDOW_NS) is POLICY  # one window without waits
+    assert natural.streak == Streak(saturated=START_WINDOWS - 1)
 
 
 def test_an_idle_loop_never_waits() -> None:
@@ -78,4 +97,4 @@ def test_an_idle_loop_never_waits() -> None:
         natural.sent(1)
         cpu.ns += WINDOW_NS // 10
         assert natural.forming(window * WINDOW_NS + 1) is None
-    assert natural.waiting == 0
+    assert natural.streak == Streak()
