@@ -154,7 +154,7 @@ class Batcher:
     @property
     def waits_for_batch_mates(self) -> bool:
         """Whether natural batching holds its batches for batch-mates now."""
-        return self._natural is not None and self._natural.streak.waiting > 0
+        return self._natural is not None and self._natural.waiting
 
     @property
     def in_flight(self) -> int:
@@ -345,7 +345,7 @@ class Batcher:
             reach = None
             if self._idle and len(self._queue):
                 if self._natural is not None:
-                    self._measure_load(now_ns)
+                    self._measure_load(self._natural, now_ns)
                 forming = self._forming
                 reach = self._known_reach(now_ns) if forming.adaptive_delay else None
                 decision = next_batch(
@@ -404,10 +404,9 @@ class Batcher:
             f"finished) after {waited_ms:.1f} ms in the queue; it was not executed"
         )
 
-    def _measure_load(self, now_ns: int) -> None:
+    def _measure_load(self, natural: NaturalBatching, now_ns: int) -> None:
         """Natural batching: wait for batch-mates while the loop is saturated, not after."""
-        assert self._natural is not None
-        forming = self._natural.forming(now_ns)
+        forming = natural.forming(now_ns)
         if forming is not None:
             self._forming = forming
             how = "wait for batch-mates" if forming.adaptive_delay else "go at once"

@@ -97,6 +97,11 @@ class NaturalBatching:
         self._rows = 0
         self.streak = Streak()
 
+    @property
+    def waiting(self) -> bool:
+        """Whether batches wait for batch-mates now."""
+        return self.streak.waiting > 0
+
     def sent(self, rows: int) -> None:
         self._batches += 1
         self._rows += rows
