@@ -72,7 +72,7 @@ class BatchPolicy:
     default_priority_level: int  # in 1..priority_levels
     queue_policies: tuple[QueuePolicy, ...]  # one per level, index 0 is level 1
     equal_shape_inputs: tuple[str, ...] = ()  # inputs whose shapes must match within a batch
-    adaptive_delay: bool = False  # Convoy's opt-in: end a wait at the size recent waits reached
+    adaptive_delay: bool = True  # end a wait at the size recent waits reached (Convoy's)
     latency_target_ns: int = 0  # convoy_latency_target_ms (p99 in the server); 0: none
     fair_share: bool = False  # convoy_fair_share: a level serves its clients' classes in turn
     share_weights: tuple[tuple[str, int], ...] = ()  # (class, weight >= 1); others weigh 1
@@ -126,7 +126,7 @@ class BatchPolicy:
                 or tensor.is_shape_tensor
                 or (-1 in tensor.dims and not tensor.allow_ragged_batch)
             ),
-            adaptive_delay=adaptive in _TRUE,
+            adaptive_delay=adaptive not in _FALSE and batching.max_queue_delay_microseconds > 0,
             latency_target_ns=round(target * 1_000_000) if dynamic else 0,
             fair_share=_parameter(config, "convoy_fair_share").lower() in _TRUE,
             share_weights=_weights(config),

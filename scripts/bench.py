@@ -2,8 +2,9 @@
 
 For each model (mlp, resnet18) it writes variants of one ONNX file: `off` (one request per
 execution), `on` (Triton's dynamic batcher; resnet18's is the seed's config as the seed writes it:
-one instance, no parameters, preferred batch sizes 8 and 16) and, for mlp, `adaptive` (`on` plus
-`convoy_adaptive_queue_delay`). Then, one measurement at a time:
+one instance, no parameters, preferred batch sizes 8 and 16; Convoy's adaptive delay is on by
+default) and, for mlp, `wait` (`on` with `convoy_adaptive_queue_delay: "false"`: every batch that
+reaches no preferred size waits out the delay, as Triton's). Then, one measurement at a time:
 
 - the ceiling: one in-process `onnxruntime.InferenceSession(path)` with default session options,
   at each batch size (its best is the ceiling);

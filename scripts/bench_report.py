@@ -169,7 +169,8 @@ def checks(look: Lookup, cores: int) -> list[Check]:
 
 
 def batching_ratios(look: Lookup) -> dict[str, float | None]:
-    """What batching buys with the in-process front end: on/off, and the adaptive delay."""
+    """What batching buys with the in-process front end: on/off, and what the adaptive delay (on
+    by default) buys over Triton's wait (`wait`)."""
     out: dict[str, float | None] = {}
     cs = sorted({r.concurrency for r in look.rows})
     if not cs:
@@ -185,16 +186,10 @@ def batching_ratios(look: Lookup) -> dict[str, float | None]:
 
     for model in dict.fromkeys(r.model for r in look.rows if r.batching == "off"):
         out[f"{model} on/off @{high}"] = ratio(rate(model, "on", high), rate(model, "off", high))
-    if any(r.batching == "adaptive" for r in look.rows):
-        out[f"mlp adaptive/off p50 @{low}"] = ratio(
-            p50("mlp", "adaptive", low), p50("mlp", "off", low)
-        )
-        for c in cs:  # what ending waits early buys at each concurrency, and against Triton
-            adaptive = rate("mlp", "adaptive", c)
-            out[f"mlp adaptive/on infer/s @{c}"] = ratio(adaptive, rate("mlp", "on", c))
-            triton = look.rate(TRITON, "mlp", "on", "grpc", None, c)
-            if triton is not None:
-                out[f"mlp adaptive/triton infer/s @{c}"] = ratio(adaptive, triton)
+    if any(r.batching == "wait" for r in look.rows):
+        out[f"mlp on/off p50 @{low}"] = ratio(p50("mlp", "on", low), p50("mlp", "off", low))
+        for c in cs:  # what ending waits early buys at each concurrency
+            out[f"mlp on/wait infer/s @{c}"] = ratio(rate("mlp", "on", c), rate("mlp", "wait", c))
     return out
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 CONVOY, FASTAPI, CANNED, TRITON = "convoy", "fastapi", "grpc.aio", "triton"
 SYSTEMS = (CONVOY, TRITON, CANNED, FASTAPI)  # rows in table order
-BATCHINGS = ("off", "on", "adaptive", "async", "def", "none")  # fastapi: handler form
+# Convoy's `wait` is `on` with Triton's wait; `adaptive` names the opt-in of runs before 2026-12-06.
+BATCHINGS = ("off", "on", "wait", "adaptive", "async", "def", "none")  # fastapi: handler form
 FRONT_ENDS = ("grpc", "stream", "http", "http-wrk")  # the last: HTTP driven by wrk
 FASTAPI_FORMS = ("async", "def")  # the naive handler forms scripts/fastapi_baseline.py routes
 
@@ -29,7 +30,7 @@ class Row:
 
     system: str  # CONVOY, FASTAPI, CANNED or TRITON
     model: str
-    batching: str  # off, on, adaptive (Convoy, Triton); async or def (FastAPI); none
+    batching: str  # off, on, wait, adaptive (Convoy, Triton); async or def (FastAPI); none
     front_end: str  # one of FRONT_ENDS
     workers: int | None  # Convoy's --frontend-workers (0: in-process); None for the others
     concurrency: int  # requests in flight

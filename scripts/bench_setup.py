@@ -16,7 +16,9 @@ import onnxruntime as ort
 from scripts import models
 from scripts.bench_drivers import random_input
 
-ADAPTIVE = 'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }\n'
+# The `wait` variant: Convoy's adaptive delay off, so every batch that reaches no preferred size
+# waits out the whole delay, as Triton's batcher does.
+TRITON_WAIT = 'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "false" } }\n'
 # Each spec's one instance group, as its config writes it: count and kind.
 INSTANCE_GROUP = re.compile(r"^instance_group \[ \{ count: (\d+) kind: (\w+) \} \]$", re.MULTILINE)
 RAW = "Content-Type: application/octet-stream"
@@ -29,7 +31,7 @@ class ModelSpec:
     name: str  # variant `<name>_<batching>` serves the same file under `<name>.onnx`
     build: Callable[[], onnx.ModelProto]
     config: str  # config.pbtxt of the `off` variant, without `name`
-    dynamic_batching: str  # the block added for `on` and `adaptive`
+    dynamic_batching: str  # the block added for `on` and `wait`
     batchings: tuple[str, ...]  # the variants served
     ceiling_batch_sizes: tuple[int, ...]  # batch sizes the in-process ceiling tries
     front_ends: tuple[str, ...]  # those `on` is measured over (bench_results.FRONT_ENDS)
@@ -48,7 +50,7 @@ output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 10 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """,
         dynamic_batching="dynamic_batching { max_queue_delay_microseconds: 2000 }\n",
-        batchings=("off", "on", "adaptive"),
+        batchings=("off", "on", "wait"),
         ceiling_batch_sizes=(1, 2, 4, 8, 16, 32, 64),
         front_ends=("grpc", "stream", "http"),
         canned=True,
@@ -107,8 +109,8 @@ def variant_config(spec: ModelSpec, batching: str, placing: Placing = Placing())
         config = INSTANCE_GROUP.sub(f"instance_group [ {{ count: {count} kind: {kind} }} ]", config)
     if batching != "off":
         config += spec.dynamic_batching
-    if batching == "adaptive":
-        config += ADAPTIVE
+    if batching == "wait":
+        config += TRITON_WAIT
     return config
 
 

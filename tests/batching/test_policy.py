@@ -133,10 +133,15 @@ def test_probes_come_less_often_while_they_confirm_the_reach() -> None:
     assert next_probe_interval(8 * base, base, confirmed=False) == base  # the load changed
 
 
-def test_without_the_opt_in_the_reach_is_ignored() -> None:
+def test_the_adaptive_delay_is_on_by_default_and_off_when_asked_or_without_a_delay() -> None:
+    assert policy("dynamic_batching { max_queue_delay_microseconds: 2000 }").adaptive_delay
+    assert not policy("dynamic_batching { }").adaptive_delay  # nothing to end early
     chosen = policy(
-        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 }"
+        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 2000 } "
+        'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "false" } }'
     )
+    assert not chosen.adaptive_delay
+    # Off, the reach is ignored: Triton's wait.
     assert next_batch(queued(1), chosen, 0, reach=1) == Decision(0, 2 * MS, size=1)
     assert grows_quietly(chosen, 1, 1, reach=2)
 

@@ -50,9 +50,12 @@ def repository(tmp_path: Path) -> Path:
     models.write_model(repo, "plain", ADD16, _config("plain", ""))
     batched = "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 3000000 }"
     models.write_model(repo, "batched", ADD16, _config("batched", batched))
+    # Triton's wait: every request waits out the delay (the adaptive delay would send the last
+    # one at once, having learned that a wait here reaches one request).
     waiting = (
         "dynamic_batching { preferred_batch_size: [8] max_queue_delay_microseconds: 1000000 "
-        "default_queue_policy { max_queue_size: 1 } }"
+        "default_queue_policy { max_queue_size: 1 } }\n"
+        'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "false" } }'
     )
     models.write_model(repo, "waiting", ADD16, _config("waiting", waiting))
     return repo

@@ -113,11 +113,10 @@ def test_checks_cover_what_was_measured_and_judge_each_worker_count() -> None:
 def test_batching_ratios_and_report_text() -> None:
     look = Lookup(ROWS, CEILINGS)
     assert batching_ratios(look)["mlp on/off @32"] == pytest.approx(2.0)
-    adaptive = Lookup([*ROWS, _row(CONVOY, "mlp", "adaptive", "grpc", 0, 32, 4200.0)], CEILINGS)
-    ratios = batching_ratios(adaptive)
-    assert ratios["mlp adaptive/on infer/s @32"] == pytest.approx(1.5)
-    assert ratios["mlp adaptive/triton infer/s @32"] == pytest.approx(2.1)
-    assert ratios["mlp adaptive/on infer/s @8"] is None  # not measured at 8
+    waited = Lookup([*ROWS, _row(CONVOY, "mlp", "wait", "grpc", 0, 32, 1400.0)], CEILINGS)
+    ratios = batching_ratios(waited)
+    assert ratios["mlp on/wait infer/s @32"] == pytest.approx(2.0)
+    assert ratios["mlp on/wait infer/s @8"] is None  # not measured at 8
     text = format_report(
         ROWS, CEILINGS, ratio_lines(look), scaling_lines(look), checks(look, 2), {"x": None}
     )
