@@ -60,13 +60,10 @@ CONFIGS = {
         _mlp_config("mlp_batched", "dynamic_batching { max_queue_delay_microseconds: 20000 }"),
     ),
     "mlp_unbatched": ("mlp", _mlp_config("mlp_unbatched", "")),
+    # The adaptive delay, on by default: no parameter.
     "mlp_adaptive": (
         "mlp",
-        _mlp_config(
-            "mlp_adaptive",
-            "dynamic_batching { max_queue_delay_microseconds: 300000 }\n"
-            'parameters { key: "convoy_adaptive_queue_delay" value: { string_value: "true" } }',
-        ),
+        _mlp_config("mlp_adaptive", "dynamic_batching { max_queue_delay_microseconds: 300000 }"),
     ),
     "resnet_small_queue": (
         "resnet",
