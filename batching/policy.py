@@ -72,7 +72,9 @@ class BatchPolicy:
     default_priority_level: int  # in 1..priority_levels
     queue_policies: tuple[QueuePolicy, ...]  # one per level, index 0 is level 1
     equal_shape_inputs: tuple[str, ...] = ()  # inputs whose shapes must match within a batch
-    adaptive_delay: bool = True  # end a wait at the size recent waits reached (Convoy's)
+    # End a wait at the size recent waits reached (Convoy's): from_config turns it on for a
+    # model with a queue delay unless convoy_adaptive_queue_delay says "false".
+    adaptive_delay: bool = False
     latency_target_ns: int = 0  # convoy_latency_target_ms (p99 in the server); 0: none
     fair_share: bool = False  # convoy_fair_share: a level serves its clients' classes in turn
     share_weights: tuple[tuple[str, int], ...] = ()  # (class, weight >= 1); others weigh 1
