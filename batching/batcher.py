@@ -42,10 +42,9 @@ from batching.policy import (
     QueuePolicy,
     grows_quietly,
     next_batch,
-    next_probe_interval,
-    next_reach,
 )
 from batching.queue import Queued, RequestQueue, split_expired
+from batching.reach import Reach
 from batching.target import BatchTimes, TargetKeeper, request_share_ns
 from batching.turns import Turns
 
@@ -53,12 +52,6 @@ _log = logging.getLogger(__name__)
 
 Observer = Callable[[ExecutionRecord], None]
 
-# The adaptive delay waits out the whole delay again (a probe) when its reach is this old, or
-# 20 delays old where that is longer (the base interval; longer while probes confirm the
-# reach): probes then hold batches at most 5% of the time.
-_PROBE_EVERY_NS = 100_000_000
-_PROBE_EVERY_DELAYS = 20
-_PROBES_REMEMBERED = 10  # a probe after this many base intervals starts the reach anew
 # A batch's answers taken in turn go out over at most this many turns of the event loop. mlp
 # over HTTP, in process (2 cores): one answer a turn served 1.16x the rate of one turn for all
 # at c = 8 but only 1.09x at c = 32, where each turn's own cost showed (CPU per request 1.25x);
@@ -99,12 +92,8 @@ class Batcher:
         self._gate = gate  # the rate limiter an instance asks before it runs (None: never waits)
         self._closed = False
         self._in_flight = InFlight()  # requests accepted and not yet answered
-        # Adaptive delay: the batch size that waits for the whole delay reached lately, and
-        # when the last such wait (a probe) ended.
-        self._reach: int | None = None
-        self._reach_ns = 0
-        self._probe_base_ns = max(_PROBE_EVERY_NS, _PROBE_EVERY_DELAYS * policy.max_queue_delay_ns)
-        self._probe_every_ns = self._probe_base_ns
+        # Adaptive delay: the batch size that waiting out the whole delay reached lately.
+        self._reach = Reach(policy.max_queue_delay_ns)
         # Latency target: what batches are formed with, and the keeper that chooses it.
         # Every batch's time: a request that cannot finish before its deadline never runs.
         self._times = BatchTimes()
@@ -314,23 +303,6 @@ class Batcher:
                     BatcherClosedError(f"model '{self._name}' stopped before the request ran")
                 )
 
-    def _known_reach(self, now_ns: int) -> int | None:
-        """The adaptive delay's reach; None when a probe is due: the next batch then waits as
-        Triton's would, and the size it reaches is measured. Only probes measure it, since a
-        batch sent at the reach hides how far it would have grown."""
-        if now_ns - self._reach_ns > self._probe_every_ns:
-            return None
-        return self._reach
-
-    def _note_probe(self, size: int, now_ns: int) -> None:
-        remembered = now_ns - self._reach_ns <= _PROBES_REMEMBERED * self._probe_base_ns
-        previous = self._reach if remembered else None
-        self._reach = next_reach(previous, size)
-        self._reach_ns = now_ns
-        self._probe_every_ns = next_probe_interval(
-            self._probe_every_ns, self._probe_base_ns, confirmed=self._reach == previous
-        )
-
     async def _run(self) -> None:
         while True:
             now_ns = time.monotonic_ns()
@@ -347,14 +319,14 @@ class Batcher:
                 if self._natural is not None:
                     self._measure_load(self._natural, now_ns)
                 forming = self._forming
-                reach = self._known_reach(now_ns) if forming.adaptive_delay else None
+                reach = self._reach.known(now_ns) if forming.adaptive_delay else None
                 decision = next_batch(
                     (request.candidate for request in self._queue), forming, now_ns, reach
                 )
                 executor = self._runnable() if decision.count else None
                 if executor is not None:
                     if forming.adaptive_delay and reach is None:
-                        self._note_probe(decision.size, now_ns)
+                        self._reach.probed(decision.size, now_ns)
                     if self._natural is not None:
                         self._natural.sent(decision.size)
                     self._dispatch(self._queue.take(decision.count), executor, decision.waited)

@@ -248,27 +248,6 @@ def next_batch(
     return Decision(0, oldest_ns + policy.max_queue_delay_ns, size=pending)
 
 
-PROBE_INTERVALS_MOST = 8  # the longest wait between two probes, in base intervals
-
-
-def next_reach(previous: int | None, reached: int) -> int:
-    """The adaptive delay's reach after a probe reached `reached` rows: up at once (more clients
-    came), down halfway (one probe under random arrivals is noisy), in whole rows, so that it
-    comes down to the probe's own size, 1 for a lone client, in a few probes."""
-    if previous is None or reached >= previous:
-        return reached
-    return (previous + reached) // 2
-
-
-def next_probe_interval(interval_ns: int, base_ns: int, confirmed: bool) -> int:
-    """How long the adaptive delay waits for its next probe: twice as long as last time (at most
-    `PROBE_INTERVALS_MOST` base intervals) after a probe that found the same reach, so that a
-    steady load pays fewer probes; the base interval after one that changed it."""
-    if not confirmed:
-        return base_ns
-    return min(2 * interval_ns, PROBE_INTERVALS_MOST * base_ns)
-
-
 def grows_quietly(policy: BatchPolicy, pending: int, rows: int, reach: int | None = None) -> bool:
     """Whether `rows` joining the end of a batch of `pending` rows that `next_batch` chose to
     wait for (all of one shape, with the same `reach`) leave that choice a wait: the batch

@@ -3,7 +3,7 @@
 import pytest
 
 from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
-from batching.policy import grows_quietly, next_probe_interval, next_reach
+from batching.policy import grows_quietly
 from server.core.repository import parse_config
 
 MS = 1_000_000  # nanoseconds
@@ -112,25 +112,6 @@ def test_adaptive_delay_sends_a_batch_once_it_reaches_what_waits_reached() -> No
     assert next_batch(queued(2, 3), chosen, 0, reach=5) == Decision(2, size=5)
     # Unknown reach (a probe): wait as Triton would, which measures it.
     assert next_batch(queued(1), chosen, 0) == Decision(0, 2 * MS, size=1)
-
-
-def test_the_reach_rises_at_once_and_comes_down_to_a_lone_clients_in_a_few_probes() -> None:
-    assert next_reach(None, 4) == 4
-    assert next_reach(4, 6) == 6  # more clients
-    reaches = [8]
-    for _ in range(3):  # the load drops to one client
-        reaches.append(next_reach(reaches[-1], 1))
-    assert reaches == [8, 4, 2, 1]
-    assert next_reach(8, 7) == 7
-
-
-def test_probes_come_less_often_while_they_confirm_the_reach() -> None:
-    base = 100 * MS
-    intervals = [base]
-    for _ in range(5):  # a steady load: every probe finds the same reach
-        intervals.append(next_probe_interval(intervals[-1], base, confirmed=True))
-    assert intervals == [base, 2 * base, 4 * base, 8 * base, 8 * base, 8 * base]
-    assert next_probe_interval(8 * base, base, confirmed=False) == base  # the load changed
 
 
 def test_the_adaptive_delay_is_on_by_default_and_off_when_asked_or_without_a_delay() -> None:
