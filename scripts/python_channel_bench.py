@@ -10,7 +10,9 @@ requests, each with one input of each size, and reads the answer, back to back, 
 per case. Each case is measured
 twice, A B B A. It prints each case's round trip and the CPU both processes spent per batch (this
 process's from `time.process_time`, the worker's from /proc), then the ratio of the socket's to
-the ring's. Only the channel is measured: no front end, no batcher. First it prints the floor
+the ring's, and the worker's side of a batch run in this process, with warm caches and no
+process to wake (its channel's receive, execute, its send). Only the channel is measured: no
+front end, no batcher. First it prints the floor
 under any such channel: a byte bounced between two processes over a socket pair, each free to
 run on any core and then both pinned to one core.
 """
@@ -31,8 +33,19 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.python._config import worker_spec
-from backends.python._frames import RING_BYTES
+from backends.python._frames import (
+    LEASE_NEW_BATCH,
+    RING_BYTES,
+    Reader,
+    Ring,
+    WorkerChannel,
+    copied,
+    read_frame,
+    stack_rows,
+    write_message,
+)
 from backends.python._process import AskAnswers, WorkerProcess
+from backends.python._worker import ModelServer, initialize_model, load_utils, model_class
 from proto import model_config_pb2 as mc
 from scripts.bench_drivers import CpuMeter
 
@@ -86,6 +99,42 @@ def _round_trip(
     reply = next(worker.replies(batch, deadline_ns))
     if reply[0] != "done" or [p["Y"].nbytes for p in reply[2]] != [a.nbytes for a in arrays]:
         raise RuntimeError(f"unexpected reply {reply[0]!r}")
+
+
+def _warm(model_dir: Path, array: np.ndarray, requests: int, seconds: float) -> float:
+    """The worker's side of a batch in this process, with warm caches and no process to wake:
+    its channel's receive, execute with the pb_utils objects, and its send, as a worker runs
+    them, over a socket pair and the rings; the server's side is done in between, untimed.
+    Median us per batch."""
+    spec = worker_spec("identity_0", model_dir, 1, mc.ModelConfig(name="identity"))
+    utils = load_utils()
+    model = initialize_model(spec, model_class(spec, "convoy_channel_identity"))
+    ours, theirs = socket.socketpair()
+    to_worker, to_server = (Ring.create(f"convoy-warm-{way}", RING_BYTES) for way in ("in", "out"))
+    worker_ends = [Ring(os.dup(ring.fd), ring.size) for ring in (to_worker, to_server)]
+    channel = WorkerChannel(theirs, *worker_ends)
+    server = ModelServer(channel, utils, model, spec)
+    reader = Reader(ours.recv_into)
+    arrays = [array.copy() for _ in range(requests)]
+    times: list[int] = []
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            inputs = stack_rows([{"X": one} for one in arrays])
+            message = ("execute", len(times), inputs, ["Y"], [{} for _ in arrays])
+            write_message(ours, message, to_worker, LEASE_NEW_BATCH)
+            start = time.perf_counter_ns()
+            server.execute(*channel.receive()[1:])
+            times.append(time.perf_counter_ns() - start)
+            _, buffers, entry, _ = read_frame(reader.read_exact, to_server)
+            copied(to_server, buffers, entry)
+    finally:
+        ours.close()
+        theirs.close()
+        for ring in (*worker_ends, to_worker, to_server):
+            ring.close()
+    times.sort()
+    return times[len(times) // 2] / 1e3
 
 
 def _ping_pong(seconds: float, cpu: int | None) -> tuple[float, float]:
@@ -153,6 +202,8 @@ def main() -> int:
                 f"{kib:>7} KiB  socket / ring: round trip {socket_trip / ring_trip:.2f}x, "
                 f"CPU {socket_cpu / ring_cpu:.2f}x"
             )
+            warm = _warm(model_dir, array, args.requests, args.seconds)
+            print(f"{kib:>7} KiB  the worker's side in one process, warm: {warm:,.0f} us per batch")
     return 0
 
 
