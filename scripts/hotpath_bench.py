@@ -2,13 +2,15 @@
 against the bare grpc.aio server measured in the same run.
 
 Usage: python scripts/hotpath_bench.py [--window-ms 3000] [--cases ...] [--no-profile]
+                                      [--pairs 1]
 
 Cases (each at c = 1 on `mlp_off`, mlp without batching, and at c = 32 on `mlp_on`, the seed's
 batching: preferred [8, 16], 2 ms): unary gRPC, gRPC streaming and HTTP (binary tensors) with
 the in-process front end, and unary gRPC through one front-end worker. Every case is measured
 by perf_analyzer (`-b 1 -s 999`, three windows); unary gRPC is measured A B B A against the bare
-server (`scripts/canned_grpc.py`: ModelInfer answered with a canned response), and each row is
-the mean of its two. Server CPU per request is the process tree's CPU time (from /proc) over
+server (`scripts/canned_grpc.py`: ModelInfer answered with a canned response), `--pairs` times
+(each round's ratio is printed when there are several), and each row is the mean of its runs.
+Server CPU per request is the process tree's CPU time (from /proc) over
 the requests served.
 
 Then, unless --no-profile, each Convoy case is measured once more under py-spy (every thread,
@@ -159,6 +161,7 @@ class Case:
     bare: Measured | None
     stages: Stages | None
     bare_stages: Stages | None
+    pair_ratios: tuple[float, ...] = ()  # Convoy's rate over the bare server's, per A B B A
 
 
 def _mean(runs: Sequence[Run]) -> Measured | None:
@@ -244,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--cases", type=lambda s: s.split(","), default=list(CASES))
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument(
+        "--pairs", type=int, default=1, help="A B B A rounds against the bare server per row"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hotpath-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -279,17 +285,25 @@ def main(argv: Sequence[str] | None = None) -> None:
                     )
                     url = f"127.0.0.1:{http_port if front_end == 'http' else grpc_port}"
                     bare_measured = bare_stages = None
-                    if front_end == "grpc":  # A B B A against the bare server
-                        runs = [run(url, model, c, front_end, server_pid)]
-                        bare_runs = [run(bare_url, "mlp_on", c, "grpc", bare_pid)]
-                        bare_runs.append(run(bare_url, "mlp_on", c, "grpc", bare_pid))
-                        runs.append(run(url, model, c, front_end, server_pid))
+                    ratios: list[float] = []
+                    if front_end == "grpc":  # A B B A against the bare server, `pairs` times
+                        runs: list[Run] = []
+                        bare_runs: list[Run] = []
+                        for _ in range(args.pairs):
+                            ours = [run(url, model, c, front_end, server_pid)]
+                            theirs = [run(bare_url, "mlp_on", c, "grpc", bare_pid)]
+                            theirs.append(run(bare_url, "mlp_on", c, "grpc", bare_pid))
+                            ours.append(run(url, model, c, front_end, server_pid))
+                            if (a := _mean(ours)) and (b := _mean(theirs)):
+                                ratios.append(a.infer_per_s / b.infer_per_s)
+                            runs += ours
+                            bare_runs += theirs
                         measured, bare_measured = _mean(runs), _mean(bare_runs)
                         bare_stages = staged(bare_url, "mlp_on", c, "grpc", bare_pid)
                     else:
                         measured = _mean([run(url, model, c, front_end, server_pid)])
                     stages = staged(url, model, c, front_end, server_pid)
-                    row = Case(case, c, measured, bare_measured, stages, bare_stages)
+                    row = Case(case, c, measured, bare_measured, stages, bare_stages, tuple(ratios))
                     table.append(row)
                     print(_row_line(row), flush=True)
         _print_tables(table)
@@ -315,6 +329,8 @@ def _row_line(row: Case) -> str:
             f"; bare {_cell(theirs.infer_per_s)} infer/s, p50 {_cell(theirs.p50_us)} us, CPU "
             f"{_cell(theirs.cpu_per_request_us)} us/req"
         )
+    if len(row.pair_ratios) > 1:
+        line += "; /bare by pair " + " / ".join(f"{ratio:.2f}" for ratio in row.pair_ratios)
     return line
 
 

@@ -32,3 +32,10 @@ def test_a_short_run_prints_both_ways_and_their_ratio() -> None:
     for way in ("ring", "socket"):
         assert sum(bool(re.search(rf"KiB +{way} +[0-9]", line)) for line in lines) == 2
     assert sum(bool(re.search(r"socket / ring: .* CPU [0-9.]+x", line)) for line in lines) == 2
+    assert (
+        sum(
+            bool(re.search(r"worker's side in one process, warm: [0-9,]+ us", line))
+            for line in lines
+        )
+        == 2
+    )
