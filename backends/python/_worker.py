@@ -36,7 +36,6 @@ answers b"1" (ready) or b"0".
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import importlib.util
 import inspect
@@ -53,9 +52,12 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported when a model needs an event loop: see `_new_event_loop`
+    import asyncio
 
 UTILS_MODULE = "triton_python_backend_utils"
 _MODEL_MODULE = "model"
@@ -417,7 +419,7 @@ class ModelServer:
             answer = self._model.is_ready()
             if inspect.isawaitable(answer):
                 if self._readiness_loop is None:
-                    self._readiness_loop = asyncio.new_event_loop()
+                    self._readiness_loop = _new_event_loop()
                 answer = self._readiness_loop.run_until_complete(answer)
         except Exception as exc:
             _log().error("is_ready raised %s: the model is not ready", _describe(exc))
@@ -443,8 +445,16 @@ class ModelServer:
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
-            self._loop = asyncio.new_event_loop()
+            self._loop = _new_event_loop()
         return self._loop
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """An event loop for an `async def` model method. asyncio is imported here, by the models
+    that need it: with the `ssl` module it brings, it would add about 4 MiB to every worker."""
+    import asyncio
+
+    return asyncio.new_event_loop()
 
 
 def _writable(array: np.ndarray) -> np.ndarray:

@@ -6,7 +6,6 @@ nothing from Convoy, so it runs the same in the worker process and in tests.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import enum
 import fcntl
@@ -16,10 +15,13 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:  # imported where a running loop is asked for: see `_running_loop`
+    import asyncio
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -380,7 +382,7 @@ class ResponseIterator:
     async def __anext__(self) -> InferenceResponse:
         if self._done:
             raise StopAsyncIteration
-        response, final = await asyncio.get_running_loop().run_in_executor(None, self._take)
+        response, final = await _running_loop().run_in_executor(None, self._take)
         self._done = final
         return response
 
@@ -579,7 +581,16 @@ class InferenceRequest:
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         """`exec` without blocking the model's event loop (several may be awaited at once)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
+        return await _running_loop().run_in_executor(None, self.exec, decoupled)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    """The event loop an `async def` model method runs on. asyncio is imported here: whoever
+    runs that loop has imported it already, and a worker of a model without one need not
+    (it brings the `ssl` module, about 4 MiB a process)."""
+    import asyncio
+
+    return asyncio.get_running_loop()
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -86,3 +86,15 @@ async def test_a_worker_that_ends_or_stays_silent_is_a_failure(
     with pytest.raises(WorkerFailure, match=r"exited with code -9 \(SIGKILL\)") as ended:
         await worker.receive_async(_deadline_ns(10))
     assert ended.value.exit_code == -9
+
+
+async def test_a_model_without_async_methods_runs_in_a_worker_without_asyncio(
+    worker: WorkerProcess,
+) -> None:
+    # asyncio brings the ssl module, about 4 MiB a worker: only a model that needs an event
+    # loop (an `async def` method) loads them. A batch first, so that everything execute
+    # touches is loaded.
+    await worker.send_async(_execute(0, [np.full(4, 2, dtype=np.float32)]), _deadline_ns(10))
+    assert (await worker.receive_async(_deadline_ns(10)))[0] == "done"
+    mapped = Path(f"/proc/{worker.pid}/maps").read_text()
+    assert "_asyncio" not in mapped and "_ssl" not in mapped
