@@ -10,8 +10,7 @@ the in-process front end, and unary gRPC through one front-end worker. Every cas
 by perf_analyzer (`-b 1 -s 999`, three windows); unary gRPC is measured A B B A against the bare
 server (`scripts/canned_grpc.py`: ModelInfer answered with a canned response), `--pairs` times
 (each round's ratio is printed when there are several), and each row is the mean of its runs.
-Server CPU per request is the process tree's CPU time (from /proc) over
-the requests served.
+Server CPU per request is the process tree's CPU time (from /proc) over the requests served.
 
 Then, unless --no-profile, each Convoy case is measured once more under py-spy (every thread,
 not idle, Python frames) and its samples are put into stages by the frames they hold; the
