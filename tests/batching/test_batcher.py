@@ -617,7 +617,10 @@ async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop()
     await _scattered(saturated, 0.25)
     sizes = [record.batch_size for record in records]
     assert max(sizes[:5]) == 1  # the first windows measure; batches go at once meanwhile
-    assert max(sizes[-10:]) > 1
+    # Then batches wait: at least the adaptive delay's probes, which wait the whole 2 ms (a
+    # starved moment can make one probe reach a single request, and batches go at that size
+    # until the next probe, 100 ms on: the last batches alone prove nothing).
+    assert max(sizes[5:]) > 1
     assert saturated.waits_for_batch_mates  # what convoy_natural_batching reports
     await saturated.stop(1.0)
     # An idle loop (its CPU clock stands still), or the parameter off: batches go at once.
