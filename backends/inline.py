@@ -2,12 +2,15 @@
 over the batch times measured for each batch size.
 
 Handing a batch to the instance's thread costs the event loop a queue put, a wake-up of the
-thread and a `call_soon_threadsafe` back (25-30 us of CPU on the 2-core machine), and, while the
-thread holds the GIL for the framework's Python, it competes with the loop: under load a batch
-of mlp that computes in 50 us alone took 270-380 us of CPU on the thread. A batch that takes
-less than a gRPC call's worth of time (about 300 us of CPU per call here) is cheaper run where
-the request already is. A batch that takes longer must never block the loop: other models'
-requests would wait behind it.
+thread and a `call_soon_threadsafe` back (25-30 us of CPU on the 2-core machine), and the thread
+pays a wake-up and cold caches of its own: under load, mlp's batch of 8 (50 us alone) took
+100-250 us of the thread's CPU, and 120-190 us of the loop's time inline. A fast batch is
+cheaper run where the request already is; a long one must never block the loop, since other
+models' requests would wait behind it. The bound is 1 ms: under load on the 2-core machine
+mlp's batches of 1 to 19 requests took 140-210 us inline at the median, and whole windows of
+them over 200 us in the machine's slow spells, so a bound of 200 us (until 2026-12-06) sent
+their sizes back to the thread window after window, each time for twice as many batches, and a
+server up for a few minutes ran them on the thread at 0.8 of the rate inline.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-INLINE_LIMIT_NS = 200_000  # the longest typical batch that may block the event loop
+INLINE_LIMIT_NS = 1_000_000  # the longest typical batch that may block the event loop
 # One inline batch over SPIKE_FACTOR x the limit sends its size back at once: beyond what a
 # wait for the GIL adds to a fast batch (up to the 5 ms switch interval, measured 1-2 ms when
 # gRPC's poller thread takes it while the framework computes).
 SPIKE_FACTOR = 25
-WAIT_FACTOR = 20  # a threaded batch's wall time holds GIL waits, bounded by the switch interval
+WAIT_FACTOR = 5  # a threaded batch's wall time holds GIL waits, bounded by the 5 ms switch interval
 MOST_NEEDED = 4096  # the back-off's bound on threaded batches before a size tries the loop
 WINDOW = 8  # batch times kept per batch size; a size is first judged once it has this many
 

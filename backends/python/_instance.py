@@ -37,15 +37,14 @@ from proto import model_config_pb2 as mc
 
 _log = logging.getLogger(__name__)
 
-# Where an in-process model's batch runs with `convoy_inline_execute`. Its execute holds the GIL
-# for its Python, and meanwhile the event loop waits for the GIL whether execute runs on the
-# instance's thread or inline: only the parts that release it (ONNX Runtime's run, NumPy) run
-# beside the loop. So a batch may block the loop for longer than ONNX Runtime's (whose run
-# releases the GIL throughout): up to 1 ms of CPU. Measured on the 2-core machine (mlp's
-# Triton-style model.py, batches of about 30 at c = 32, taking about 300 us): inline served
-# 7,468-7,723 against 6,449-6,716 infer/s over HTTP and 4,293-4,405 against 3,498-3,990 over
-# unary gRPC, with ONNX Runtime's own 200 us bound none of those batches ran inline.
-INLINE_RULE = InlineRule(limit_ns=1_000_000)
+# Where an in-process model's batch runs with `convoy_inline_execute`: by ONNX Runtime's rule
+# and bound (1 ms). Its execute holds the GIL for its Python, and meanwhile the event loop waits
+# for the GIL whether execute runs on the instance's thread or inline: only the parts that
+# release it (ONNX Runtime's run, NumPy) run beside the loop. Measured on the 2-core machine
+# (mlp's Triton-style model.py, batches of about 30 at c = 32, taking about 300 us): inline
+# served 7,468-7,723 against 6,449-6,716 infer/s over HTTP and 4,293-4,405 against 3,498-3,990
+# over unary gRPC.
+INLINE_RULE = InlineRule()
 _T = TypeVar("_T")
 
 _CPU = Device.cpu()

@@ -7,6 +7,7 @@ from backends.inline import (
     MOST_NEEDED,
     SPIKE_FACTOR,
     WAIT_FACTOR,
+    WINDOW,
     BatchTimes,
     InlineRule,
     runs_inline,
@@ -93,3 +94,15 @@ def test_inline_batches_slower_than_the_limit_go_back_after_a_window() -> None:
         assert times.inline(4)
     times.record_inline(4, 2 * RULE.limit_ns)
     assert not times.inline(4)
+
+
+def test_the_default_bound_keeps_batches_of_a_few_hundred_us_inline() -> None:
+    # mlp's batches under load on 2 cores: 100-250 us of the thread's CPU, then 120-300 us
+    # inline, with slow spells; the bound must not send such a size back to the thread.
+    times = BatchTimes(InlineRule())
+    for _ in range(WINDOW):
+        times.record_threaded(8, 250_000, 1_500_000)
+    assert times.inline(8)
+    for wall_ns in [240_000, 300_000, 210_000, 600_000] * 4:
+        times.record_inline(8, wall_ns)
+    assert times.inline(8)
