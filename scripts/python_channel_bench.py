@@ -7,15 +7,13 @@ Usage: python scripts/python_channel_bench.py [--sizes-kib 4,1024,16384] [--requ
 An identity model.py (Y = X, FP32) runs in a worker process, as the python backend starts it;
 this process plays the server's side of the channel: it sends execute messages of `--requests`
 requests, each with one input of each size, and reads the answer, back to back, for `--seconds`
-per case. Each case is measured
-twice, A B B A. It prints each case's round trip and the CPU both processes spent per batch (this
-process's from `time.process_time`, the worker's from /proc), then the ratio of the socket's to
-the ring's, and the worker's side of a batch run in this process, with warm caches and no
-process to wake (its channel's receive, execute, its send; for batches of up to a quarter of
-the ring). Only the channel is measured: no
-front end, no batcher. First it prints the floor
-under any such channel: a byte bounced between two processes over a socket pair, each free to
-run on any core and then both pinned to one core.
+per case. Each case is measured twice, A B B A. It prints each case's round trip and the CPU
+both processes spent per batch (this process's from `time.process_time`, the worker's from
+/proc), then the ratio of the socket's to the ring's, and the worker's side of a batch run in
+this process, with warm caches and no process to wake (its channel's receive, execute, its
+send; for batches of up to a quarter of the ring). Only the channel is measured: no front end,
+no batcher. First it prints the floor under any such channel: a byte bounced between two
+processes over a socket pair, each free to run on any core and then both pinned to one core.
 """
 
 from __future__ import annotations

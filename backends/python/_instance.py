@@ -37,14 +37,6 @@ from proto import model_config_pb2 as mc
 
 _log = logging.getLogger(__name__)
 
-# Where an in-process model's batch runs with `convoy_inline_execute`: by ONNX Runtime's rule
-# and bound (1 ms). Its execute holds the GIL for its Python, and meanwhile the event loop waits
-# for the GIL whether execute runs on the instance's thread or inline: only the parts that
-# release it (ONNX Runtime's run, NumPy) run beside the loop. Measured on the 2-core machine
-# (mlp's Triton-style model.py, batches of about 30 at c = 32, taking about 300 us): inline
-# served 7,468-7,723 against 6,449-6,716 infer/s over HTTP and 4,293-4,405 against 3,498-3,990
-# over unary gRPC.
-INLINE_RULE = InlineRule()
 _T = TypeVar("_T")
 
 _CPU = Device.cpu()
@@ -94,9 +86,15 @@ class PythonInstance:
         # The readiness check in flight and the worker it asks: later checks wait for it
         # rather than queue another call of is_ready() behind it.
         self._readiness: tuple[WorkerProcess | LocalWorker, asyncio.Future[bool]] | None = None
-        # In process, a batch that measured fast may run on the event loop instead (opt-in).
+        # In process, a batch that measured fast may run on the event loop instead (opt-in,
+        # `convoy_inline_execute`), by the rule and bound of ONNX Runtime's batches. Its execute
+        # holds the GIL for its Python, and meanwhile the loop waits for the GIL whether execute
+        # runs on the thread or inline: only what releases it (ONNX Runtime's run, NumPy) runs
+        # beside the loop. Measured on the 2-core machine (mlp's Triton-style model.py, batches
+        # of about 30 at c = 32, taking about 300 us): inline served 7,468-7,723 against
+        # 6,449-6,716 infer/s over HTTP and 4,293-4,405 against 3,498-3,990 over unary gRPC.
         self._executor = InstanceThread(
-            model.instance, INLINE_RULE if settings.inline_execute else None
+            model.instance, InlineRule() if settings.inline_execute else None
         )
 
     @classmethod
