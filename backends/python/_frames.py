@@ -177,29 +177,26 @@ def stack_rows(maps: list[Any]) -> list[Any] | Stacked:
     as a few arrays instead of one per request; a large one would only be copied once more."""
     if len(maps) < 2 or type(maps[0]) is not dict or not maps[0]:
         return maps
-    names = list(maps[0])
-    columns: list[list[np.ndarray]] = [[] for _ in names]
+    keys = maps[0].keys()
     for tensors in maps:
-        if type(tensors) is not dict or tensors.keys() != maps[0].keys():
+        if type(tensors) is not dict or tensors.keys() != keys:
             return maps
-        for column, name in zip(columns, names, strict=True):
-            column.append(tensors[name])
-    for column in columns:
+    names = list(keys)
+    arrays, rows = [], []
+    for name in names:
+        column = [tensors[name] for tensors in maps]
         first = column[0]
         if type(first) is not np.ndarray or first.dtype == object or first.ndim == 0:
             return maps
-        tail = first.shape[1:]
         for array in column:
-            if (
-                type(array) is not np.ndarray
-                or array.nbytes > _STACKED_BYTES
-                or array.dtype != first.dtype
-                or array.ndim != first.ndim
-                or array.shape[1:] != tail
-            ):
+            if type(array) is not np.ndarray or array.nbytes > _STACKED_BYTES:
                 return maps
-    rows = [[array.shape[0] for array in column] for column in columns]
-    return names, [np.concatenate(column) for column in columns], rows
+        try:  # NumPy checks that they share the dtype and the shape past the first axis
+            arrays.append(np.concatenate(column, dtype=first.dtype, casting="no"))
+        except (TypeError, ValueError):
+            return maps
+        rows.append([array.shape[0] for array in column])
+    return names, arrays, rows
 
 
 def unstack_rows(stacked: Any) -> list[dict[str, np.ndarray]]:
@@ -221,14 +218,16 @@ def unstack_rows(stacked: Any) -> list[dict[str, np.ndarray]]:
             or array.ndim == 0
             or type(counts) is not list
             or len(counts) != count
-            or any(type(n) is not int or n < 0 for n in counts)
-            or sum(counts) != array.shape[0]
         ):
             raise ValueError(f"stacked tensor '{name}' does not match its rows")
         start = 0
         for tensors, n in zip(maps, counts, strict=True):
+            if type(n) is not int or n < 0:
+                raise ValueError(f"stacked tensor '{name}' does not match its rows")
             tensors[name] = array[start : start + n]
             start += n
+        if start != array.shape[0]:
+            raise ValueError(f"stacked tensor '{name}' does not match its rows")
     return maps
 
 

@@ -40,7 +40,6 @@ from backends.python._frames import (
     read_frame,
     send_what_fits,
     stack_rows,
-    unstack_rows,
     write_message,
 )
 from backends.python._worker import (
@@ -328,12 +327,7 @@ class WorkerProcess:
             raise WorkerFailure(f"sent a message the server cannot read ({exc})") from exc
         if not isinstance(message, tuple) or not message:
             raise WorkerFailure(f"sent a malformed message ({type(message).__name__})")
-        if message[0] == "done" and len(message) > 2 and type(message[2]) is tuple:
-            try:
-                message = (*message[:2], unstack_rows(message[2]), *message[3:])
-            except ValueError as exc:
-                raise WorkerFailure(f"sent a malformed message ({exc})") from None
-        return message
+        return message  # a "done" message's outputs may come stacked: `Replies.outcome` reads them
 
     async def receive_async(self, deadline_ns: int) -> tuple[Any, ...]:
         """`receive` on the event loop, which it never blocks: it waits for the whole message

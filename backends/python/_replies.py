@@ -15,6 +15,7 @@ from backends.base import ExecutionResult, Outputs, Parameters, Response, Tensor
 from backends.device import host_tensors
 from backends.errors import ExecutionError
 from backends.python._config import InstanceSpec, OutputSpec
+from backends.python._frames import unstack_rows
 from backends.python._outputs import check_outputs
 
 _log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class Replies:
         self, batch: int, requests: Sequence[TensorMap], parameters: Sequence[Parameters]
     ) -> tuple[Any, ...]:
         inputs = [dict(host_tensors(arrays)) for arrays in requests]  # device ones copied
-        shown = [dict(p) for p in parameters] if parameters else [{} for _ in requests]
+        shown = [dict(p) for p in parameters] if parameters else []  # []: none has any
         return ("execute", batch, inputs, self.output_names, shown)
 
     def outcome(
@@ -52,7 +53,10 @@ class Replies:
         """A batch's responses from its reply ("done" or "failed")."""
         received_ns = time.monotonic_ns()
         rescheduled: frozenset[int] = frozenset()
-        if reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
+        if reply[0] == "done" and type(reply[2]) is tuple:  # every request's outputs, stacked
+            responses = self._stacked(reply[2], len(requests))
+            execute_ns = int(reply[3])
+        elif reply[0] == "done" and isinstance(reply[2], list) and len(reply[2]) == len(requests):
             rescheduled = frozenset(reply[4])
             responses = [
                 {} if index in rescheduled else self.response(payload)
@@ -98,6 +102,26 @@ class Replies:
                 return checked if parameters is not None else self._malformed()
             return Outputs(checked, parameters)
         return self._malformed()
+
+    def _stacked(self, stacked: Any, count: int) -> list[Response]:
+        """The responses of `count` requests whose outputs came as one array per name
+        (`stack_rows`): each request has the same names and dtypes, so they are checked once."""
+        try:
+            maps: list[dict[str, Any]] = unstack_rows(stacked)
+        except ValueError:
+            maps = []
+        if len(maps) != count:
+            return [self._malformed() for _ in range(count)]
+        names, arrays, rows = stacked
+        checked = check_outputs(
+            self.model.name, self.outputs, dict(zip(names, arrays, strict=True))
+        )
+        if isinstance(checked, ExecutionError):
+            return [ExecutionError(str(checked)) for _ in range(count)]
+        if any(checked[name] is not array for name, array in zip(names, arrays, strict=True)):
+            # Converted once for every request: a safe cast, or bytes items as objects.
+            return list(unstack_rows((list(checked), list(checked.values()), rows)))
+        return list(maps)
 
     def _malformed(self) -> ExecutionError:
         return ExecutionError(f"{self.model.where()}: the worker sent a malformed response")

@@ -36,6 +36,7 @@ answers b"1" (ready) or b"0".
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.util
 import inspect
@@ -149,9 +150,11 @@ class ModelServer:
         batch: int,
         inputs: list[dict[str, np.ndarray]],
         output_names: list[str],
-        parameters: list[dict[str, Any]],
+        parameters: list[dict[str, Any]],  # one per request; [] when no request has any
     ) -> None:
         pb = self._utils
+        received = pb.InferenceRequest._received
+        tensor = pb.Tensor
         requests = []
         # Per request: its final flag was sent; it was rescheduled and execute returned (its
         # sender is then closed: the next execution's request sends its responses).
@@ -159,7 +162,7 @@ class ModelServer:
         for index, arrays in enumerate(inputs):
             # A sequence batcher passes the correlation id, and the START and END flags where
             # set, under Triton's reserved names.
-            own = parameters[index]
+            own = parameters[index] if parameters else None  # none: no request carries any
             correlation_id, flags = 0, 0
             if own:  # most requests carry none
                 own = dict(own)
@@ -169,19 +172,16 @@ class ModelServer:
                 if own.pop("sequence_end", False):
                     flags |= pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
             requests.append(
-                pb.InferenceRequest(
-                    correlation_id=correlation_id,
-                    flags=flags,
-                    inputs=[pb.Tensor(name, _writable(array)) for name, array in arrays.items()],
-                    requested_output_names=output_names,
-                    model_name=self._model_name,
-                    model_version=self._version,
-                    response_sender=pb.InferenceResponseSender(
-                        self._sender(batch, index, finals, moved_on),
-                        self._cancel_check(batch, index),
-                    ),
-                    parameters=own,
-                    reschedulable=self._iterative,
+                received(
+                    [tensor(name, _writable(array)) for name, array in arrays.items()],
+                    list(output_names),
+                    self._model_name,
+                    self._version,
+                    correlation_id,
+                    flags,
+                    json.dumps(own) if own else "{}",
+                    functools.partial(self._response_sender, batch, index, finals, moved_on),
+                    self._iterative,
                 )
             )
         start_ns = time.monotonic_ns()
@@ -282,6 +282,14 @@ class ModelServer:
             self._ask("cancel", batch, call)
 
         return pb.ResponseIterator(take, cancel)
+
+    def _response_sender(
+        self, batch: int, index: int, finals: list[bool], moved_on: list[bool]
+    ) -> Any:
+        """Request `index` of `batch`'s InferenceResponseSender, made when the model asks."""
+        return self._utils.InferenceResponseSender(
+            self._sender(batch, index, finals, moved_on), self._cancel_check(batch, index)
+        )
 
     def _cancel_check(self, batch: int, index: int) -> Callable[[], bool]:
         """`request.is_cancelled()` of request `index` of `batch`: the server knows."""

@@ -487,9 +487,42 @@ class InferenceRequest:
         else:
             self._parameters = json.dumps(dict(parameters)) if parameters else "{}"
         self._response_sender = response_sender
+        self._new_sender: Callable[[], InferenceResponseSender] | None = None
         # Set by the server for a request of an iterative sequence model (never by model code).
         self._reschedulable = reschedulable
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    @classmethod
+    def _received(
+        cls,
+        inputs: list[Tensor],
+        requested_output_names: list[str],
+        model_name: str,
+        model_version: int,
+        correlation_id: int | str,
+        flags: int,
+        parameters: str,
+        new_sender: Callable[[], InferenceResponseSender],
+        reschedulable: bool,
+    ) -> InferenceRequest:
+        """A request as execute receives it, built by the worker from what the server sent
+        (nothing to convert or check), with no response sender until the model first asks for
+        it: most models never do, and a batch builds one request per client request."""
+        request = cls.__new__(cls)
+        request._request_id = ""
+        request._correlation_id = correlation_id
+        request._inputs = inputs
+        request._requested_output_names = requested_output_names
+        request._model_name = model_name
+        request._model_version = model_version
+        request._flags = flags
+        request._timeout = 0
+        request._parameters = parameters
+        request._response_sender = None
+        request._new_sender = new_sender
+        request._reschedulable = reschedulable
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return request
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -520,14 +553,18 @@ class InferenceRequest:
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._response_sender is None:
-            raise TritonModelException(
-                "this request was built in model code and has no response sender"
-            )
+            if self._new_sender is None:
+                raise TritonModelException(
+                    "this request was built in model code and has no response sender"
+                )
+            self._response_sender = self._new_sender()
         return self._response_sender
 
     def is_cancelled(self) -> bool:
         """Whether the request's caller cancelled it (see InferenceResponseSender)."""
-        return self._response_sender is not None and self._response_sender.is_cancelled()
+        if self._response_sender is None and self._new_sender is None:
+            return False  # built in model code: nobody to cancel it
+        return self.get_response_sender().is_cancelled()
 
     def set_release_flags(self, flags: int) -> None:
         """Triton's request release: TRITONSERVER_REQUEST_RELEASE_ALL (the default) ends the

@@ -219,6 +219,46 @@ async def test_outputs_are_checked_against_the_config(load: Loader) -> None:
     assert isinstance(extra, ExecutionError) and "'EXTRA'" in str(extra)
 
 
+# Every request of a batch answers the same names and dtypes (set by the batch's first value:
+# 1 safe casts, 2 an unsafe one), so the batch's outputs travel stacked, one array per name.
+UNIFORM = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        inputs = [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() for r in requests]
+        first = inputs[0].flat[0]
+        floats = np.float16 if first == 1 else np.float64 if first == 2 else np.float32
+        ints = np.int32 if first == 1 else np.int64
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("SUM", (x * 2).astype(floats)),
+                pb_utils.Tensor("COUNT", np.full((x.shape[0], 1), len(requests), ints)),
+            ])
+            for x in inputs
+        ]
+"""
+
+
+async def test_a_batchs_stacked_outputs_are_checked_once_for_all_its_requests(
+    load: Loader,
+) -> None:
+    instance = load("uniform", UNIFORM)
+    for firsts in ((5, 6, 7), (1, 1, 1)):  # as declared, then safely cast (FP16, INT32)
+        requests = _rows(*firsts)
+        responses = (await instance.execute(requests)).responses
+        for request, response in zip(requests, responses, strict=True):
+            assert isinstance(response, dict)
+            assert response["SUM"].dtype == np.float32 and response["COUNT"].dtype == np.int64
+            np.testing.assert_array_equal(response["SUM"], request["IN"] * 2)
+            assert response["COUNT"].tolist() == [[3]] * len(request["IN"])
+    unsafe = (await instance.execute(_rows(2, 3))).responses  # FP64 where FP32 is declared
+    assert all(isinstance(response, ExecutionError) for response in unsafe)
+    assert "'SUM'" in str(unsafe[0]) and "float64" in str(unsafe[0])
+    assert unsafe[0] is not unsafe[1]  # each request fails with an error of its own
+
+
 async def test_bytes_in_and_out(load: Loader) -> None:
     source = """
     import numpy as np

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from backends.python._config import worker_spec
+from backends.python._frames import unstack_rows
 from backends.python._process import AskAnswers, WorkerFailure, WorkerProcess
 from proto import model_config_pb2 as mc
 
@@ -61,7 +62,10 @@ async def test_a_batch_travels_both_ways_on_the_event_loop(worker: WorkerProcess
     await worker.send_async(_execute(0, arrays), _deadline_ns(10))
     reply = await worker.receive_async(_deadline_ns(10))
     assert reply[0] == "done" and reply[1] == 0
-    assert [payload["Y"].tolist() for payload in reply[2]] == [a.tolist() for a in arrays]
+    # Small outputs come stacked, one array per name, each request's rows one after another.
+    assert [payload["Y"].tolist() for payload in unstack_rows(reply[2])] == [
+        a.tolist() for a in arrays
+    ]
 
 
 async def test_messages_larger_than_the_socket_and_the_reader_go_through(
