@@ -643,10 +643,26 @@ def _serve_readiness(sock: socket.socket, server: ModelServer) -> None:
             return
 
 
+def _behind_the_loop() -> None:
+    """This process under SCHED_BATCH: its threads so far (NumPy's BLAS pool starts as it is
+    imported), and by inheritance those it starts, so that their wake-ups never preempt the
+    server's event loop (the server's `server.contract.scheduling` says why, and when not)."""
+    if os.environ.get("CONVOY_LOOP_FIRST", "1").strip() == "0" or not hasattr(os, "SCHED_BATCH"):
+        return
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            return  # started under a policy of the environment's choosing
+        for thread in os.listdir("/proc/self/task"):
+            os.sched_setscheduler(int(thread), os.SCHED_BATCH, os.sched_param(0))
+    except OSError:
+        return
+
+
 def main(argv: list[str]) -> int:
     # Run as a script, Python put this directory first on sys.path; model.py must not see it.
     own_directory = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != own_directory]
+    _behind_the_loop()
     frames = _load_sibling(_FRAMES_MODULE, "_frames.py")
     incoming, outgoing = (frames.Ring(fd, os.fstat(fd).st_size) for fd in map(int, argv[2:4]))
     channel = frames.WorkerChannel(socket.socket(fileno=int(argv[1])), incoming, outgoing)
