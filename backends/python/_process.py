@@ -438,9 +438,17 @@ class WorkerProcess:
             except (BlockingIOError, TimeoutError):  # SO_RCVTIMEO passed with nothing to read
                 # A process the model started may hold the socket open after the worker died.
                 if self._process.poll() is not None:
-                    raise self._lost() from None
+                    return self._left_behind(view)
             except OSError:
                 raise self._lost() from None
+
+    def _left_behind(self, view: memoryview) -> int:
+        """What an ended worker sent before it ended (it may have answered and exited after
+        the wait timed out, an auto-complete worker's way)."""
+        try:
+            return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)  # 0: all read, it ended
+        except OSError:  # nothing, and a process the model started holds the socket open
+            raise self._lost() from None
 
     def _receive_now(self, view: memoryview) -> int:
         return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
