@@ -5,13 +5,12 @@ pools) runs under Linux's SCHED_BATCH policy, and so do the Python model process
 The event loop's thread is a serving process's one serial resource: every request's decode,
 batching and answer runs on it. gRPC's core hands it each message through threads of its own,
 which wake thousands of times a second; under SCHED_OTHER a thread that wakes on the core where
-the loop runs may take that core at once (wake-up preemption), and the loop waits, runnable, while
-the other core idles. Measured on 2 cores with the load generator beside the server (mlp, gRPC
-streaming at c = 32): the loop's thread was switched out against its will 6,240 times a second,
-and the machine idled 20% of the time. SCHED_BATCH is the scheduler's policy for threads that
-need their share of CPU but not a core at the instant they wake: a woken SCHED_BATCH thread waits
-for a free core or the end of the running thread's slice instead of preempting it. Its share of
-CPU (its nice value and weight) stays what it was.
+the loop runs may take that core at once (wake-up preemption), and the loop waits, runnable.
+Measured on 2 cores with the load generator beside the server (mlp, gRPC streaming at c = 32):
+the loop's thread was switched out against its will 6,240 times a second. SCHED_BATCH is the
+scheduler's policy for threads that need their share of CPU but not a core at the instant they
+wake: a woken SCHED_BATCH thread waits for a free core or the end of the running thread's slice
+instead of preempting it. Its share of CPU (its nice value and weight) stays what it was.
 
 What it costs: when every core is busy, a helper thread that wakes waits a few milliseconds at
 most instead of running at once. On a machine with an idle core nothing changes: a woken thread

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -72,11 +73,11 @@ def _loop_first(pid: int) -> bool:
     return loop == os.SCHED_OTHER and all(p == os.SCHED_BATCH for p in policies.values())
 
 
-def _within_a_sweep(condition: object) -> bool:
+def _within_a_sweep(condition: Callable[[], bool]) -> bool:
     deadline = time.monotonic() + 3 * SWEEP_S
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.1)
-    return bool(condition())  # type: ignore[operator]
+    return condition()
 
 
 @pytest.mark.parametrize("frontend_workers", [0, 2])
