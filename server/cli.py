@@ -17,7 +17,7 @@ from server.app import App, convoy_version
 from server.contract.allocator import keep_large_buffers
 from server.contract.errors import ServerError
 from server.contract.logs import LogControl
-from server.contract.scheduling import LoopFirst
+from server.contract.scheduling import loop_first
 from server.options import (
     TRITON_EXIT_STATUS,
     OptionError,
@@ -108,12 +108,9 @@ async def serve(settings: ServerSettings, logs: LogControl | None = None) -> int
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signalled)
     await app.start()
-    first = LoopFirst.begin(os.environ)  # the threads started so far, then every few seconds
-    sweeps = None if first is None else loop.create_task(first.keep())
-    await stop.wait()
+    with loop_first(os.environ):  # the threads started so far, then every few seconds
+        await stop.wait()
     _log.info("signal received: draining (a second signal stops at once)")
-    if sweeps is not None:
-        sweeps.cancel()
     await app.stop(force)
     if force.is_set():
         # What still runs (a model's execute in its thread) is not waited for.

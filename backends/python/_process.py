@@ -446,7 +446,7 @@ class WorkerProcess:
         """What an ended worker sent before it ended (it may have answered and exited after
         the wait timed out, an auto-complete worker's way)."""
         try:
-            return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)  # 0: all read, it ended
+            return self._receive_now(view)  # 0: all read, it ended
         except OSError:  # nothing, and a process the model started holds the socket open
             raise self._lost() from None
 

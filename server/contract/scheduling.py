@@ -16,21 +16,22 @@ What it costs: when every core is busy, a helper thread that wakes waits a few m
 most instead of running at once. On a machine with an idle core nothing changes: a woken thread
 runs there either way.
 
-`LoopFirst.begin` on the event loop's thread puts every other thread of the process under
-SCHED_BATCH, and `keep` does it again every `SWEEP_S` for threads started since (a thread that
-the loop's thread starts inherits its policy). A Python model's worker process puts itself under
-SCHED_BATCH as it starts (its threads inherit it). The environment's own choice rules: a process
-started under a policy other than SCHED_OTHER (`chrt`, a container runtime's) is left as it is,
-and `CONVOY_LOOP_FIRST=0` leaves every policy alone. Off Linux there is no SCHED_BATCH and nothing
-changes.
+`loop_first` (on the event loop's thread, around what the process serves) puts every other
+thread of the process under SCHED_BATCH, and again every `SWEEP_S` for threads started since (a
+thread that the loop's thread starts inherits its policy). A Python model's worker process puts
+itself under SCHED_BATCH as it starts (its threads inherit it). The environment's own choice
+rules: a process started under a policy other than SCHED_OTHER (`chrt`, a container runtime's)
+is left as it is, and `CONVOY_LOOP_FIRST=0` leaves every policy alone. Off Linux there is no
+SCHED_BATCH and nothing changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 SWEEP_S = 2.0  # how often the threads started since the last sweep are put under SCHED_BATCH
 SWITCH = "CONVOY_LOOP_FIRST"  # "0": leave every thread's policy as it is
@@ -81,3 +82,16 @@ class LoopFirst:
         while True:
             await asyncio.sleep(SWEEP_S)
             self.sweep()
+
+
+@contextlib.contextmanager
+def loop_first(environ: Mapping[str, str]) -> Iterator[None]:
+    """While it is entered, on the event loop's thread: every other thread of the process under
+    SCHED_BATCH, now and every `SWEEP_S` (nothing when `LoopFirst.begin` declines)."""
+    first = LoopFirst.begin(environ)
+    sweeps = None if first is None else asyncio.get_running_loop().create_task(first.keep())
+    try:
+        yield
+    finally:
+        if sweeps is not None:
+            sweeps.cancel()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import uvloop
 
 from server.contract.logs import LogControl, LogState
-from server.contract.scheduling import LoopFirst
+from server.contract.scheduling import loop_first
 from server.contract.settings import FrontEndSettings
 from server.frontend.process import FrontEnd
 from server.workers.arena import Arena
@@ -81,13 +81,10 @@ async def _serve(args: argparse.Namespace) -> int:
     # collector's passes (gRPC's calls keep them frequent; see server.core.heap).
     gc.collect()
     gc.freeze()
-    first = LoopFirst.begin(os.environ)  # the threads started so far, then every few seconds
-    sweeps = None if first is None else loop.create_task(first.keep())
     stop = loop.create_future()
     loop.add_signal_handler(signal.SIGTERM, _set_once, stop)
-    await asyncio.wait({stop, client.lost}, return_when=asyncio.FIRST_COMPLETED)
-    if sweeps is not None:
-        sweeps.cancel()
+    with loop_first(os.environ):  # the threads started so far, then every few seconds
+        await asyncio.wait({stop, client.lost}, return_when=asyncio.FIRST_COMPLETED)
     await front_end.set_health(False)
     await front_end.stop(grace_s=0.0 if client.lost.done() else DRAIN_S)
     _log.info("front-end worker %d stopped", args.worker_index)
