@@ -206,9 +206,14 @@ class Batcher:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
         now_ns = time.monotonic_ns()
         policy = self._policy
-        level = policy.level_of(priority)
+        # Most requests carry no priority, timeout or deadline: those skip the rules' calls.
+        level = policy.level_of(priority) if priority else policy.default_priority_level
         queue_policy = policy.queue_policies[level - 1]
-        expires_ns = request_deadline_ns(queue_policy, now_ns, timeout_ns, deadline_ns)
+        expires_ns = (
+            request_deadline_ns(queue_policy, now_ns, timeout_ns, deadline_ns)
+            if timeout_ns or deadline_ns
+            else None
+        )
         if expires_ns is not None and expires_ns <= now_ns + self._horizon_ns:
             raise DeadlineExceededError(
                 f"model '{self._name}': the request's deadline had passed when it arrived, or "
@@ -222,9 +227,17 @@ class Batcher:
         request = Queued(
             inputs=inputs,
             parameters=parameters,
-            candidate=Candidate(max(batch_size, 1), now_ns, policy.shape_key(inputs)),
+            candidate=Candidate(
+                max(batch_size, 1),
+                now_ns,
+                policy.shape_key(inputs) if policy.equal_shape_inputs else (),
+            ),
             level=level,
-            deadline_ns=queue_policy.deadline_ns(now_ns, timeout_ns),
+            deadline_ns=(
+                queue_policy.deadline_ns(now_ns, timeout_ns)
+                if timeout_ns or queue_policy.default_timeout_ns
+                else None
+            ),
             future=self._loop.create_future(),
             device_outputs=device_outputs,
             expires_ns=expires_ns,

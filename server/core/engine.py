@@ -89,9 +89,19 @@ class Engine:
         """Wait (bounded) for the requests in flight; True if all finished."""
         return await self._in_flight.wait_idle(timeout_s)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """Serve one request; its `carrier` holds its trace headers when tracing is on."""
-        return self._reported(request, await self._infer(request, None))
+    async def infer(
+        self, request: InferRequest, target: ModelVersion | None = None
+    ) -> InferResponse:
+        """Serve one request; its `carrier` holds its trace headers when tracing is on.
+        `target`: its version, when the caller has looked it up already (None: look it up)."""
+        if self._stopping:
+            raise ServerStoppingError(SERVER_STOPPING)
+        traced = self._tracer is not None and self._tracer.wants(request.carrier)
+        if not traced and not _log.isEnabledFor(logging.DEBUG):
+            # One coroutine frame fewer on every request than going through `_logged`.
+            target, result = await self._run(request, target)
+            return self._reported(request, _response(target, result.outputs, request))
+        return self._reported(request, await self._logged(request, target, traced))
 
     def _reported(self, request: InferRequest, response: InferResponse) -> InferResponse:
         """`response`, with the model's load when the request asked for it."""
@@ -108,14 +118,10 @@ class Engine:
         versions = [v for entry in self.repository.entries() for v in entry.ready.values()]
         return load_report(version, versions)
 
-    async def _infer(self, request: InferRequest, target: ModelVersion | None) -> InferResponse:
-        # `target`: the version, when the caller has looked it up already (None: look it up).
-        if self._stopping:
-            raise ServerStoppingError(SERVER_STOPPING)
-        traced = self._tracer is not None and self._tracer.wants(request.carrier)
-        if not traced and not _log.isEnabledFor(logging.DEBUG):
-            target, result = await self._run(request, target)
-            return _response(target, result.outputs, request)
+    async def _logged(
+        self, request: InferRequest, target: ModelVersion | None, traced: bool
+    ) -> InferResponse:
+        """`infer`, logged at debug level and traced when `traced`."""
         wall_offset_ns = time.time_ns() - time.monotonic_ns()
         arrived_ns = time.monotonic_ns()
         try:
@@ -178,8 +184,11 @@ class Engine:
         self, request: InferRequest, target: ModelVersion | None
     ) -> tuple[ModelVersion, RequestResult]:
         if target is None:
-            target = await self._target(request.model, request.version)
-        if target.config.model_transaction_policy.decoupled:
+            target = self._ready(request.model, request.version)
+            if target is None:
+                target = await self._reloaded(request.model, request.version)
+        # A decoupled version always has a router; most have none, and skip the config's fields.
+        if target.router is not None and target.config.model_transaction_policy.decoupled:
             raise UnsupportedError(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
@@ -197,9 +206,11 @@ class Engine:
         the last, once the request has passed its checks."""
         if self._stopping:
             raise ServerStoppingError(SERVER_STOPPING)
-        target = await self._target(request.model, request.version)
+        target = self._ready(request.model, request.version)
+        if target is None:
+            target = await self._reloaded(request.model, request.version)
         if target.router is None:
-            return self._reported(request, await self._infer(request, target))
+            return await self.infer(request, target)
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
         if request.classification:
             check_classification(target.io, request.classification)
@@ -230,13 +241,22 @@ class Engine:
                         response = _response(target, produced, request)
                         yield self._reported(request, response), item.final
 
-    async def _target(self, model: str, version: str) -> ModelVersion:
+    def _ready(self, model: str, version: str) -> ModelVersion | None:
+        """The version when it is ready (on every request, without a coroutine); None when its
+        model was unloaded and a request loads it again (`_reloaded`)."""
         try:
             return self.repository.get(model, version)
         except ModelNotReadyError:
-            timeout_s = self._reload_timeout_s(model)
-            if timeout_s is None:
+            if self._reload_timeout_s(model) is None:
                 raise
+        return None
+
+    async def _reloaded(self, model: str, version: str) -> ModelVersion:
+        """The version once its unloaded model has loaded again, bounded by the reload's
+        timeout."""
+        timeout_s = self._reload_timeout_s(model)
+        if timeout_s is None:  # loaded (or evicted for good) since `_ready` looked
+            return self.repository.get(model, version)
         why = "was unloaded after idling" if self.repository.was_idle(model) else "was evicted"
         try:
             # Requests that arrive during the load share it (and its end) through the repository.
