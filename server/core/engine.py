@@ -253,10 +253,9 @@ class Engine:
 
     async def _reloaded(self, model: str, version: str) -> ModelVersion:
         """The version once its unloaded model has loaded again, bounded by the reload's
-        timeout."""
+        timeout; called right after `_ready` found that it waits for one."""
         timeout_s = self._reload_timeout_s(model)
-        if timeout_s is None:  # loaded (or evicted for good) since `_ready` looked
-            return self.repository.get(model, version)
+        assert timeout_s is not None  # nothing ran since `_ready` saw it
         why = "was unloaded after idling" if self.repository.was_idle(model) else "was evicted"
         try:
             # Requests that arrive during the load share it (and its end) through the repository.
