@@ -184,9 +184,9 @@ class Engine:
         self, request: InferRequest, target: ModelVersion | None
     ) -> tuple[ModelVersion, RequestResult]:
         if target is None:
-            target = self._ready(request.model, request.version)
-            if target is None:
-                target = await self._reloaded(request.model, request.version)
+            target = self._ready(request.model, request.version) or await self._reloaded(
+                request.model, request.version
+            )
         # A decoupled version always has a router; most have none, and skip the config's fields.
         if target.router is not None and target.config.model_transaction_policy.decoupled:
             raise UnsupportedError(
@@ -206,9 +206,9 @@ class Engine:
         the last, once the request has passed its checks."""
         if self._stopping:
             raise ServerStoppingError(SERVER_STOPPING)
-        target = self._ready(request.model, request.version)
-        if target is None:
-            target = await self._reloaded(request.model, request.version)
+        target = self._ready(request.model, request.version) or await self._reloaded(
+            request.model, request.version
+        )
         if target.router is None:
             return await self.infer(request, target)
         arrays, batch_size = check_request(target.io, request.inputs, request.outputs)
