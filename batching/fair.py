@@ -1,87 +1,113 @@
-"""`FairLine`: one priority level's waiting requests served by class in turn (fair share).
+"""`FairLine`: one priority level's waiting requests served by class (fair share).
 
-Each class (a client's header value; "" for requests without one) keeps its own FIFO; the
-classes take turns, a class of weight w taking w requests per turn. A class that had nothing
-waiting joins ahead of those with a backlog (after the other newcomers), as FQ-CoDel's new flows
-do: a light client's request goes into the next batch instead of a whole round later. Iteration
-yields exactly the order in which `popleft` hands the requests out, so batch selection sees the
-service order.
+Each class (a client's header value; "" for requests without one) keeps its own FIFO, and the
+next request comes from the waiting class that was served least lately: every request served
+adds to its class's count, divided by the class's weight, and what was served earlier counts
+for less and less (half as much `HALF_LIFE` requests later, whichever classes they were). So
+classes that all wait alternate (a class of weight w taking w requests to another's one), while
+a client whose share of the service lately is below the others' (a light client beside a heavy
+one) has each of its waiting requests served ahead of their backlog, as if it were alone: fair
+share by rate, max-min fair, not only turn by turn. A class's lead is bounded by the half-life: a
+client that comes back after a long pause goes first only until its count reaches the others'.
+
+Iteration yields exactly the order in which `popleft` hands the requests out, so batch selection
+sees the service order.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 
+HALF_LIFE = 24  # requests served: the service that long ago counts half
+_GROWTH = 2.0 ** (1 / HALF_LIFE)  # each request served adds this much more than the one before
+# Counts are scaled down by a power of two, which changes no comparison, once the next request
+# would add this much; counts that are then below 1 are too old to matter and are forgotten.
+_RESCALE_AT = 2.0**32
+
 
 class FairLine(Generic[Item]):
-    """Per-class FIFOs served in turn; the subset of `deque` that the queue uses."""
+    """Per-class FIFOs, the class served least lately first; the subset of `deque` that the
+    queue uses."""
 
     def __init__(self, share_of: Callable[[Item], str], weights: Mapping[str, int]) -> None:
         self._share_of = share_of
         self._weights = weights  # per class, >= 1; a class not named weighs 1
-        self._lines: dict[str, deque[Item]] = {}
-        self._turns: deque[str] = deque()  # classes with requests, the one being served first
-        self._used = 0  # requests the first class has taken in its current turn
-        self._fresh = 0  # newcomers not yet served, just after the class in its turn (if any)
-
-    def _weight(self, share: str) -> int:
-        return self._weights.get(share, 1)
+        self._lines: dict[str, deque[Item]] = {}  # the classes with requests waiting
+        self._order: list[tuple[float, int, str]] = []  # a heap of (served, seq, class) of those
+        self._served: dict[str, float] = {}  # each class's count, of those served lately
+        self._unit = 1.0  # what the next request served adds to its class's count (weight 1)
+        self._seq = 0  # ties go to the class that joined the heap first
+        self._count = 0
 
     def __len__(self) -> int:
-        return sum(len(line) for line in self._lines.values())
+        return self._count
 
     def __bool__(self) -> bool:
-        return bool(self._turns)
+        return bool(self._count)
 
     def append(self, item: Item) -> None:
         share = self._share_of(item)
         line = self._lines.get(share)
         if line is None:
             line = self._lines[share] = deque()
-            self._turns.insert((1 if self._used else 0) + self._fresh, share)
-            self._fresh += 1
+            heapq.heappush(self._order, (self._served.get(share, 0.0), self._seq, share))
+            self._seq += 1
         line.append(item)
+        self._count += 1
 
     def popleft(self) -> Item:
-        if not self._turns:
+        if not self._order:
             raise IndexError("pop from an empty FairLine")
-        share = self._turns[0]
+        served, _, share = self._order[0]
         line = self._lines[share]
         item = line.popleft()
-        if not self._used and self._fresh:  # a newcomer's turn begins
-            self._fresh -= 1
-        self._used += 1
-        if not line:
+        self._count -= 1
+        served += self._unit / self._weights.get(share, 1)
+        self._served[share] = served
+        self._unit *= _GROWTH
+        if line:
+            heapq.heapreplace(self._order, (served, self._seq, share))
+            self._seq += 1
+        else:
+            heapq.heappop(self._order)
             del self._lines[share]
-            self._turns.popleft()
-            self._used = 0
-        elif self._used >= self._weight(share):
-            self._turns.rotate(-1)
-            self._used = 0
+        if self._unit >= _RESCALE_AT:
+            self._rescale()
         return item
 
+    def _rescale(self) -> None:
+        """Scale every count and the unit down by `_RESCALE_AT` (exactly: a power of two), and
+        forget the classes with nothing waiting whose count is then below one request's."""
+        scale = 1 / _RESCALE_AT
+        self._unit *= scale
+        self._order = [(served * scale, seq, share) for served, seq, share in self._order]
+        self._served = {
+            share: served * scale
+            for share, served in self._served.items()
+            if share in self._lines or served * scale >= 1.0
+        }
+
     def __iter__(self) -> Iterator[Item]:
-        """The items in the order `popleft` would hand them out."""
-        order = list(self._turns)
-        lines = {share: iter(self._lines[share]) for share in order}
-        index = 0
-        credit = self._weight(order[0]) - self._used if order else 0
+        """The items in the order `popleft` would hand them out (the same arithmetic on a copy
+        of the order; rescaling changes no comparison, so it is left out)."""
+        order = list(self._order)
+        taken: dict[str, int] = {}
+        unit, seq = self._unit, self._seq
         while order:
-            share = order[index]
-            item = next(lines[share], None)
-            if item is None:  # this class is done: the next one starts a full turn
-                order.pop(index)
-                if not order:
-                    return
-                index %= len(order)
-                credit = self._weight(order[index])
-                continue
-            yield item
-            credit -= 1
-            if credit <= 0:
-                index = (index + 1) % len(order)
-                credit = self._weight(order[index])
+            served, _, share = order[0]
+            line = self._lines[share]
+            index = taken.get(share, 0)
+            yield line[index]
+            taken[share] = index + 1
+            served += unit / self._weights.get(share, 1)
+            unit *= _GROWTH
+            if index + 1 < len(line):
+                heapq.heapreplace(order, (served, seq, share))
+                seq += 1
+            else:
+                heapq.heappop(order)

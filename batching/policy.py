@@ -76,7 +76,7 @@ class BatchPolicy:
     # model with a queue delay unless convoy_adaptive_queue_delay says "false".
     adaptive_delay: bool = False
     latency_target_ns: int = 0  # convoy_latency_target_ms (p99 in the server); 0: none
-    fair_share: bool = False  # convoy_fair_share: a level serves its clients' classes in turn
+    fair_share: bool = False  # convoy_fair_share: a level serves the class served least lately
     share_weights: tuple[tuple[str, int], ...] = ()  # (class, weight >= 1); others weigh 1
     natural_batching: bool = True  # without a delay, wait for batch-mates on a saturated loop
 
@@ -160,7 +160,7 @@ def _parameter(config: mc.ModelConfig, key: str) -> str:
 
 
 def _weights(config: mc.ModelConfig) -> tuple[tuple[str, int], ...]:
-    """convoy_fair_share_weights: "gold=4,silver=2" (a class's requests per turn)."""
+    """convoy_fair_share_weights: "gold=4,silver=2" (a class's requests to a weight 1's one)."""
     text = _parameter(config, "convoy_fair_share_weights")
     weights = []
     for item in filter(None, (part.strip() for part in text.split(","))):

@@ -2,7 +2,8 @@
 
 Owned by the event loop's batcher, so it needs no locks. Requests leave it by being taken into
 a batch, discarded (their caller went away), rejected on timeout or dropped at their deadline;
-all are O(1) or lazy. A level of a fair-share model serves its clients' classes in turn.
+all are O(1) or lazy. A level of a fair-share model serves first the client class served least
+lately.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ run against a fresh server on this machine.
               the answers, and its expired count against the refusals the clients saw
   fair        a model whose batches of up to 4 take 100 ms whatever their size (as on a GPU): p99
               of three light clients alone, then beside a client sending 10x each one's load
-              (past capacity), with convoy_fair_share and without
+              (past capacity; it sends for a second before their window opens), with
+              convoy_fair_share and without
   keep-alive  an mlp with a 1 s keep-alive: the first request after its idle unload against its
               cold start (load) time, and 32 requests racing the reload
 
@@ -405,6 +406,9 @@ def _flat_config(name: str, sleep_s: float, max_batch_size: int, fair: bool = Fa
     )
 
 
+HEAVY_LEAD_S = 1.0  # the heavy client's sending before the light clients' window opens
+
+
 def bench_fair(scratch: Path, seconds: float) -> None:
     repository = scratch / "fair"
     for name, fair in (("flat_fifo", False), ("flat_fair", True)):
@@ -435,7 +439,9 @@ def bench_fair(scratch: Path, seconds: float) -> None:
                 )
                 beside = [Tally([]) for _ in range(3)]
                 # The heavy client runs in a process of its own, so that its backlog of calls
-                # does not slow the light clients' event loop.
+                # does not slow the light clients' event loop; the light clients start once it
+                # sends and has built a backlog, so that its start-up's CPU (imports, a
+                # channel) falls outside their window.
                 heavy = await asyncio.create_subprocess_exec(
                     sys.executable,
                     str(Path(__file__).resolve()),
@@ -443,9 +449,12 @@ def bench_fair(scratch: Path, seconds: float) -> None:
                     server.grpc,
                     model,
                     str(10 * light_rate),
-                    str(seconds),
+                    str(seconds + HEAVY_LEAD_S),
                     stdout=asyncio.subprocess.PIPE,
                 )
+                assert heavy.stdout is not None
+                await heavy.stdout.readline()  # it sends
+                await asyncio.sleep(HEAVY_LEAD_S)
                 await asyncio.gather(
                     *(
                         open_loop(call(model, f"light{i}"), light_rate, seconds, beside[i])
@@ -535,6 +544,7 @@ async def _heavy(url: str, model: str, rate: float, seconds: float) -> None:
         await client.infer(model, [tensor], headers={"x-client": "heavy"})
 
     tally = Tally([])
+    print("sending", flush=True)
     await open_loop(one, rate, seconds, tally)
     await client.close()
     print(f"p99 {p99_ms(tally.ok):7.1f} ms over {len(tally.ok)} answers")

@@ -333,7 +333,7 @@ CONVOY_OWN = (
         "fair-share-header",
         TEXT,
         "the header (gRPC metadata) whose value is a request's client class: a model with "
-        "convoy_fair_share takes the classes into batches in turn",
+        "convoy_fair_share takes first the class served least lately",
         CONVOY,
     ),
 )

@@ -1,4 +1,7 @@
-"""Fair share: classes served in turn (by weight), iteration in exactly the order of popleft."""
+"""Fair share: the class served least lately goes first (by weight), and iteration is exactly
+the order of popleft."""
+
+import random
 
 from batching import FairLine
 
@@ -8,14 +11,18 @@ def _line(weights: dict[str, int] | None = None) -> FairLine[str]:
     return FairLine(lambda item: item.split(":")[0], weights or {})
 
 
-def _drain(line: FairLine[str]) -> list[str]:
+def _drain(line: FairLine[str], count: int | None = None) -> list[str]:
     out = []
-    while line:
+    while line and (count is None or len(out) < count):
         out.append(line.popleft())
     return out
 
 
-def test_classes_take_turns_whatever_their_arrival_order() -> None:
+def _classes(items: list[str]) -> list[str]:
+    return [item.split(":")[0] for item in items]
+
+
+def test_classes_that_all_wait_take_turns_whatever_their_arrival_order() -> None:
     line = _line()
     for item in ["a:1", "a:2", "a:3", "a:4", "b:1", "c:1", "b:2"]:
         line.append(item)
@@ -24,7 +31,7 @@ def test_classes_take_turns_whatever_their_arrival_order() -> None:
     assert _drain(line) == expected
 
 
-def test_iteration_follows_the_turn_left_by_earlier_pops() -> None:
+def test_iteration_follows_the_service_left_by_earlier_pops() -> None:
     line = _line()
     for item in ["a:1", "a:2", "b:1", "b:2"]:
         line.append(item)
@@ -35,28 +42,61 @@ def test_iteration_follows_the_turn_left_by_earlier_pops() -> None:
     assert _drain(line) == ["b:1", "c:1", "a:2", "b:2"]
 
 
-def test_a_newcomer_goes_ahead_of_a_backlog_but_not_of_a_turn_in_progress() -> None:
-    line = _line({"heavy": 2})
-    for n in range(6):
+def test_a_light_clients_waiting_requests_all_go_ahead_of_a_heavy_backlog() -> None:
+    """Turn by turn, a light client's second and third requests would each wait a whole round
+    of the heavy backlog; served least lately first, they go as if the client were alone."""
+    line = _line()
+    for n in range(40):
         line.append(f"heavy:{n}")
-    assert line.popleft() == "heavy:0"  # heavy's turn of 2 is in progress
-    line.append("light:0")
-    line.append("other:0")
-    assert list(line)[:5] == ["heavy:1", "light:0", "other:0", "heavy:2", "heavy:3"]
-    assert _drain(line)[:4] == ["heavy:1", "light:0", "other:0", "heavy:2"]
-    line.append("light:1")  # light, served and gone, comes back new
-    line.append("heavy:9")
-    assert list(line) == ["light:1", "heavy:9"]
+    assert _drain(line, 20) == [f"heavy:{n}" for n in range(20)]
+    for n in range(3):
+        line.append(f"light:{n}")
+    assert list(line)[:4] == ["light:0", "light:1", "light:2", "heavy:20"]
+    assert _drain(line, 4) == ["light:0", "light:1", "light:2", "heavy:20"]
 
 
-def test_a_weighted_class_takes_that_many_per_turn() -> None:
+def test_a_client_back_after_a_pause_leads_only_until_its_count_reaches_the_others() -> None:
+    line = _line()
+    for n in range(300):
+        line.append(f"a:{n}")
+        line.append(f"b:{n}")
+    _drain(line, 200)  # a and b alternate: each has had 100 lately
+    for n in range(300):
+        line.append(f"c:{n}")
+    served = _classes(_drain(line, 60))
+    first_other = next(i for i, share in enumerate(served) if share != "c")
+    assert 0 < first_other <= 24  # c's lead: a half-life's worth at most
+    later = served[first_other:]
+    assert later.count("c") >= len(later) // 3 - 2  # then the three share alike
+
+
+def test_a_weighted_class_takes_that_many_to_one() -> None:
     line = _line({"gold": 3})
-    for n in range(5):
+    for n in range(200):
         line.append(f"gold:{n}")
         line.append(f"free:{n}")
-    expected = ["gold:0", "gold:1", "gold:2", "free:0", "gold:3", "gold:4", "free:1"]
-    assert list(line)[:7] == expected
-    assert _drain(line)[:7] == expected
+    served = _classes(_drain(line, 200))
+    assert 145 <= served.count("gold") <= 155
+    assert served[:4].count("gold") == 3
+
+
+def test_iteration_is_the_order_of_popleft_over_a_long_random_run() -> None:
+    """Past the counts' rescaling (hundreds of pops), with weights, newcomers and classes
+    that come and go: what iteration shows is what the pops then hand out."""
+    rnd = random.Random(7)
+    line = _line({"b": 2, "c": 5})
+    served = 0
+    for step in range(3000):
+        for _ in range(rnd.randrange(3)):
+            line.append(f"{rnd.choice('abcdefg')}:{step}")
+        if line and rnd.random() < 0.6:
+            ahead = list(line)[:5]
+            taken = _drain(line, len(ahead))
+            assert taken == ahead
+            served += len(taken)
+    assert served > 1000
+    assert list(line) == _drain(line)
+    assert not line
 
 
 def test_one_class_is_plain_fifo() -> None:
