@@ -388,7 +388,7 @@ def test_fair_share_takes_a_light_client_in_ahead_of_a_heavy_clients_backlog(
         for future in [*heavy, *light]:
             future.result(30)
     # Batches of 2 at 100 ms: first come first served, the light clients would finish last;
-    # taken in turn, each shares one of the next batches with the heavy client.
+    # served least lately first, each goes into one of the next batches beside the heavy client.
     heavy_done = sorted(done[f"heavy{i}"] for i in range(10))
     for i in range(2):
         assert done[f"light{i}"] < heavy_done[6], "a light client waited behind the backlog"
@@ -396,7 +396,7 @@ def test_fair_share_takes_a_light_client_in_ahead_of_a_heavy_clients_backlog(
 
 def test_a_weighted_class_takes_its_weight_in_batch_slots(server: ConvoyServer) -> None:
     """`bronze` queues its backlog first, then `gold` (weight 3) as much, while a batch is held;
-    served in turn by weight, gold takes three of every four slots, though first come, first
+    served by weight, gold takes three of every four slots, though first come, first
     served would take all of bronze's first. Counted by batch numbers, not by clock."""
     labels = {"model": "weighted", "version": "1"}
 
