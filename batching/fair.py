@@ -96,17 +96,18 @@ class FairLine(Generic[Item]):
         """The items in the order `popleft` would hand them out (the same arithmetic on a copy
         of the order; rescaling changes no comparison, so it is left out)."""
         order = list(self._order)
-        taken: dict[str, int] = {}
+        items: dict[str, Iterator[Item]] = {}  # each class's, as far as handed out
+        left: dict[str, int] = {}  # each class's not handed out yet
         unit, seq = self._unit, self._seq
         while order:
             served, _, share = order[0]
-            line = self._lines[share]
-            index = taken.get(share, 0)
-            yield line[index]
-            taken[share] = index + 1
+            if share not in items:
+                items[share], left[share] = iter(self._lines[share]), len(self._lines[share])
+            yield next(items[share])
+            left[share] -= 1
             served += unit / self._weights.get(share, 1)
             unit *= _GROWTH
-            if index + 1 < len(line):
+            if left[share]:
                 heapq.heapreplace(order, (served, seq, share))
                 seq += 1
             else:
