@@ -39,7 +39,7 @@ class FairLine(Generic[Item]):
         self._weights = weights  # per class, >= 1; a class not named weighs 1
         self._lines: dict[str, deque[Item]] = {}  # the classes with requests waiting
         self._order: list[tuple[float, int, str]] = []  # a heap of (served, seq, class) of those
-        self._served: dict[str, float] = {}  # each class's count, of those served lately
+        self._served: dict[str, float] = {}  # the count of each class served lately, not waiting
         self._unit = 1.0  # what the next request served adds to its class's count (weight 1)
         self._seq = 0  # ties go to the class that joined the heap first
         self._count = 0
@@ -55,7 +55,7 @@ class FairLine(Generic[Item]):
         line = self._lines.get(share)
         if line is None:
             line = self._lines[share] = deque()
-            heapq.heappush(self._order, (self._served.get(share, 0.0), self._seq, share))
+            heapq.heappush(self._order, (self._served.pop(share, 0.0), self._seq, share))
             self._seq += 1
         line.append(item)
         self._count += 1
@@ -68,14 +68,14 @@ class FairLine(Generic[Item]):
         item = line.popleft()
         self._count -= 1
         served += self._unit / self._weights.get(share, 1)
-        self._served[share] = served
         self._unit *= _GROWTH
         if line:
             heapq.heapreplace(self._order, (served, self._seq, share))
             self._seq += 1
-        else:
+        else:  # its count waits here until it has requests again
             heapq.heappop(self._order)
             del self._lines[share]
+            self._served[share] = served
         if self._unit >= _RESCALE_AT:
             self._rescale()
         return item
@@ -87,9 +87,7 @@ class FairLine(Generic[Item]):
         self._unit *= scale
         self._order = [(served * scale, seq, share) for served, seq, share in self._order]
         self._served = {
-            share: served * scale
-            for share, served in self._served.items()
-            if share in self._lines or served * scale >= 1.0
+            share: served * scale for share, served in self._served.items() if served * scale >= 1.0
         }
 
     def __iter__(self) -> Iterator[Item]:
