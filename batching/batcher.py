@@ -44,7 +44,7 @@ from batching.policy import (
     next_batch,
 )
 from batching.queue import Queued, RequestQueue, split_expired
-from batching.reach import Reach
+from batching.reach import Reach, still_growing
 from batching.target import BatchTimes, TargetKeeper, request_share_ns
 from batching.turns import Turns
 
@@ -82,7 +82,8 @@ class Batcher:
         *,
         loop_cpu_ns: Callable[[], int] = time.thread_time_ns,
     ) -> None:
-        """`loop_cpu_ns`: the CPU clock of the event loop's thread (natural batching's)."""
+        """`loop_cpu_ns`: the CPU clock of the event loop's thread (natural batching's, and the
+        adaptive delay's probes')."""
         if not executors:
             raise ValueError(f"batcher '{name}' needs at least one executor")
         self._name = name
@@ -94,6 +95,8 @@ class Batcher:
         self._in_flight = InFlight()  # requests accepted and not yet answered
         # Adaptive delay: the batch size that waiting out the whole delay reached lately.
         self._reach = Reach(policy.max_queue_delay_ns)
+        self._loop_cpu_ns = loop_cpu_ns
+        self._probe_start: tuple[int, int] | None = None  # a probe's wait: wall and loop CPU
         # Latency target: what batches are formed with, and the keeper that chooses it.
         # Every batch's time: a request that cannot finish before its deadline never runs.
         self._times = BatchTimes()
@@ -144,6 +147,12 @@ class Batcher:
     def waits_for_batch_mates(self) -> bool:
         """Whether natural batching holds its batches for batch-mates now."""
         return self._natural is not None and self._natural.waiting
+
+    @property
+    def waits_out_delay(self) -> bool:
+        """Whether the adaptive delay's batches wait out the whole delay now (its reach is
+        delay-bound: batches still grew at the delay's end on a busy loop, `batching.reach`)."""
+        return self._reach.bound
 
     @property
     def in_flight(self) -> int:
@@ -338,15 +347,23 @@ class Batcher:
                 )
                 executor = self._runnable() if decision.count else None
                 if executor is not None:
+                    batch = self._queue.take(decision.count)
                     if forming.adaptive_delay and reach is None:
-                        self._reach.probed(decision.size, now_ns)
+                        self._probed(batch, decision.size, forming.max_queue_delay_ns, now_ns)
                     if self._natural is not None:
                         self._natural.sent(decision.size)
-                    self._dispatch(self._queue.take(decision.count), executor, decision.waited)
+                    self._dispatch(batch, executor, decision.waited)
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
                 wait_until_ns = decision.wait_until_ns
                 quiet_rows = decision.size
+                if (
+                    reach is None
+                    and forming.adaptive_delay
+                    and self._probe_start is None
+                    and not self._reach.bound
+                ):  # a probe begins its wait: is the loop reading requests meanwhile?
+                    self._probe_start = (now_ns, self._loop_cpu_ns())
             elif self._gate is not None and not len(self._queue):
                 for idle in self._idle:
                     self._gate.withdraw(idle)
@@ -388,6 +405,23 @@ class Batcher:
             f"model '{self._name}': the request's deadline passed (or would, before its batch "
             f"finished) after {waited_ms:.1f} ms in the queue; it was not executed"
         )
+
+    def _probed(self, batch: list[Queued], size: int, delay_ns: int, now_ns: int) -> None:
+        """The adaptive delay's probe ended with `batch` (`size` rows): tell the reach how far
+        it grew, whether it was growing still, and how busy the loop was meanwhile."""
+        newest_ns = max(request.candidate.enqueue_ns for request in batch)
+        busy = None
+        if self._probe_start is not None:
+            started_ns, started_cpu_ns = self._probe_start
+            self._probe_start = None
+            if now_ns > started_ns:
+                busy = (self._loop_cpu_ns() - started_cpu_ns) / (now_ns - started_ns)
+        bound = self._reach.bound
+        growing = still_growing(delay_ns, now_ns, newest_ns)
+        self._reach.probed(size, now_ns, growing=growing, busy=busy)
+        if self._reach.bound != bound:
+            how = "wait out the delay" if self._reach.bound else "end at the reach"
+            _log.debug("model '%s': batches %s (adaptive delay)", self._name, how)
 
     def _measure_load(self, natural: NaturalBatching, now_ns: int) -> None:
         """Natural batching: wait for batch-mates while the loop is saturated, not after."""

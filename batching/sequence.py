@@ -246,6 +246,10 @@ class SequenceBatcher:
         return False  # a sequence's requests run as they come: natural batching is dynamic's
 
     @property
+    def waits_out_delay(self) -> bool:
+        return False  # nor has it the adaptive delay
+
+    @property
     def executor_count(self) -> int:
         return len(self._lanes)
 

@@ -19,6 +19,7 @@ from batching import (
     Parameters,
     TensorMap,
 )
+from batching.reach import LEAVE_AFTER
 from server.core.repository import parse_config
 
 # No dynamic_batching: one request per execution, as Triton's default scheduler.
@@ -391,6 +392,47 @@ async def test_adaptive_delay_sends_clients_in_step_once_all_are_in() -> None:
     assert max(max(mine[1:]) for mine in six) < 0.03
     assert [r.batch_size for r in records] == [6] * 5
     await batcher.stop(1.0)
+
+
+async def test_adaptive_delay_waits_it_out_while_batches_grow_to_its_end_on_a_busy_loop() -> None:
+    """A steady stream, one request a millisecond, grows every 40 ms wait to its end: on a loop
+    whose thread reads as busy all the time (its CPU clock is the wall clock), the clients are
+    not all in, and the delay is waited out; a lone client after it stops the waits in a few
+    batches. On a loop with time to spare the same growth keeps the reach."""
+    policy = BatchPolicy.from_config(
+        parse_config(
+            'name: "m" max_batch_size: 64 dynamic_batching { max_queue_delay_microseconds: 40000 }',
+            "inline",
+        )
+    )
+
+    async def stream(batcher: Batcher, seconds: float) -> None:
+        tasks = []
+        stop_s = time.monotonic() + seconds
+        while time.monotonic() < stop_s and not batcher.waits_out_delay:
+            tasks.append(asyncio.create_task(batcher.infer(_x(1), 1)))
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*tasks)
+
+    busy = Batcher("m", [Doubler()], policy, loop_cpu_ns=time.monotonic_ns)
+    await busy.start()
+    await stream(busy, 5.0)
+    assert busy.waits_out_delay  # what convoy_delay_waited_out reports
+    loop = asyncio.get_running_loop()
+    latencies = []
+    for i in range(LEAVE_AFTER + 2):  # a lone client: each batch stops growing at once
+        start = loop.time()
+        await busy.infer(_x(i), 1)
+        latencies.append(loop.time() - start)
+    assert min(latencies[:LEAVE_AFTER]) >= 0.035  # the delay, waited out
+    assert max(latencies[LEAVE_AFTER:]) < 0.02  # the reach is 1 again
+    assert not busy.waits_out_delay
+    await busy.stop(1.0)
+    spare = Batcher("m", [Doubler()], policy, loop_cpu_ns=lambda: 0)
+    await spare.start()
+    await stream(spare, 0.3)
+    assert not spare.waits_out_delay
+    await spare.stop(1.0)
 
 
 async def test_instances_can_be_added_and_retired_in_place() -> None:

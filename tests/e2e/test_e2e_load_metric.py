@@ -85,6 +85,7 @@ def test_gauges_count_held_requests_and_ignore_idle_models(
     assert "# TYPE convoy_load_ratio gauge" in text
     # No model's batches wait for batch-mates on an idle loop (natural batching).
     assert _samples(text, "convoy_natural_batching") == {"gated": 0, "simple": 0, "twice": 0}
+    assert _samples(text, "convoy_delay_waited_out") == {"gated": 0, "simple": 0, "twice": 0}
 
     answers: list[np.ndarray] = []
     x = np.arange(4, dtype=np.float32).reshape(1, 4)

@@ -34,8 +34,9 @@ def load_report(version: ModelVersion, versions: Iterable[ModelVersion]) -> Load
 
 
 def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
-    """`convoy_inference_inflight_requests`, `convoy_inference_capacity` and
-    `convoy_natural_batching` per version, and the server's `convoy_load_ratio`."""
+    """`convoy_inference_inflight_requests`, `convoy_inference_capacity`,
+    `convoy_natural_batching` and `convoy_delay_waited_out` per version, and the server's
+    `convoy_load_ratio`."""
     served = [(v, v.scheduler.in_flight, capacity(v)) for v in versions if v.instances]
     in_flight = Metric(
         "convoy_inference_inflight_requests",
@@ -54,11 +55,18 @@ def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
         "event loop is saturated (natural batching; Convoy's addition)",
         "gauge",
     )
+    waited_out = Metric(
+        "convoy_delay_waited_out",
+        "1 while the version's adaptive delay waits out the whole queue delay because batches "
+        "still grow at its end on a busy event loop (Convoy's addition)",
+        "gauge",
+    )
     for version, count, size in served:
         labels = {"model": version.name, "version": str(version.version)}
         in_flight.add_sample(in_flight.name, labels, count)
         room.add_sample(room.name, labels, size)
         natural.add_sample(natural.name, labels, int(version.scheduler.waits_for_batch_mates))
+        waited_out.add_sample(waited_out.name, labels, int(version.scheduler.waits_out_delay))
     ratio = Metric(
         "convoy_load_ratio",
         "Largest in-flight requests / capacity over the loaded model versions; above 1, "
@@ -66,4 +74,4 @@ def load_families(versions: Iterable[ModelVersion]) -> Iterator[Metric]:
         "gauge",
     )
     ratio.add_sample(ratio.name, {}, load_ratio((count, size) for _, count, size in served))
-    yield from (in_flight, room, natural, ratio)
+    yield from (in_flight, room, natural, waited_out, ratio)

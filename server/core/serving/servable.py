@@ -40,6 +40,12 @@ class Scheduler(Protocol):
         (natural batching, `batching.natural`)."""
         ...
 
+    @property
+    def waits_out_delay(self) -> bool:
+        """Whether its adaptive delay waits out the whole queue delay now, as batches still
+        grow at the delay's end on a busy loop (`batching.reach`)."""
+        ...
+
     async def infer(
         self,
         inputs: dict[str, npt.NDArray[Any]],

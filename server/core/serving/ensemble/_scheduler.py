@@ -86,6 +86,10 @@ class EnsembleScheduler:
     def waits_for_batch_mates(self) -> bool:
         return False  # its steps' batchers do, each on its own
 
+    @property
+    def waits_out_delay(self) -> bool:
+        return False  # its steps' batchers do, each on its own
+
     async def infer(
         self,
         inputs: dict[str, npt.NDArray[Any]],
