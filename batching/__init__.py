@@ -6,6 +6,7 @@ Never imports grpc or backends: instances arrive as `Executor`s from the composi
 from batching.batcher import Batcher
 from batching.errors import (
     BatcherClosedError,
+    BatcherFaultError,
     BatchingError,
     DeadlineCancelledError,
     DeadlineExceededError,
@@ -56,6 +57,7 @@ __all__ = [
     "BatchPolicy",
     "Batcher",
     "BatcherClosedError",
+    "BatcherFaultError",
     "BatchingError",
     "Candidate",
     "Control",

@@ -18,6 +18,7 @@ from typing import Any
 from batching.alarm import Alarm
 from batching.errors import (
     BatcherClosedError,
+    BatcherFaultError,
     DeadlineCancelledError,
     DeadlineExceededError,
     ExecutorContractError,
@@ -45,6 +46,7 @@ from batching.policy import (
 )
 from batching.queue import Queued, RequestQueue, split_expired
 from batching.reach import Reach, still_growing
+from batching.supervise import supervise
 from batching.target import BatchTimes, TargetKeeper, request_share_ns
 from batching.turns import Turns
 
@@ -137,7 +139,9 @@ class Batcher:
         self._wake = Alarm()
         self._last_release: asyncio.Future[None] | None = None  # for preserve_ordering
         self._tasks: set[asyncio.Task[None]] = set()
-        self._loop_task = asyncio.create_task(self._run(), name=f"batcher:{self._name}")
+        self._loop_task = asyncio.create_task(
+            supervise(self._name, self._run, self._fail_held), name=f"batcher:{self._name}"
+        )
 
     @property
     def queue_depth(self) -> int:
@@ -347,12 +351,13 @@ class Batcher:
                 )
                 executor = self._runnable() if decision.count else None
                 if executor is not None:
+                    # Dispatched first: the instance taken is never left out of service.
                     batch = self._queue.take(decision.count)
+                    self._dispatch(batch, executor, decision.waited)
                     if forming.adaptive_delay and reach is None:
                         self._probed(batch, decision.size, forming.max_queue_delay_ns, now_ns)
                     if self._natural is not None:
                         self._natural.sent(decision.size)
-                    self._dispatch(batch, executor, decision.waited)
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
                 wait_until_ns = decision.wait_until_ns
@@ -375,6 +380,20 @@ class Batcher:
                 await self._wake.sleep(now_ns, wait_until_ns, deadline_ns)
             finally:
                 self._quiet = None
+
+    def _fail_held(self) -> None:
+        """After a fault of the loop (`supervise`): fail every queued request, and start the
+        loop's own state anew."""
+        for request in self._queue.take(len(self._queue)):
+            _fail(
+                request,
+                BatcherFaultError(
+                    f"model '{self._name}': the batcher failed (see the server's log); the "
+                    "request was not executed"
+                ),
+            )
+        self._quiet = None
+        self._probe_start = None
 
     def _answer_in_turns(
         self,

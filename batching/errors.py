@@ -50,6 +50,11 @@ class LatencyTargetError(RefusedError):
     later when other refused requests were told that turn first."""
 
 
+class BatcherFaultError(BatchingError):
+    """The batcher's own loop failed (a bug, logged): the request was never executed, and the
+    loop started again (`batching.supervise`)."""
+
+
 class ExecutorContractError(BatchingError):
     """An executor answered a batch with a different number of responses than requests."""
 

@@ -38,6 +38,7 @@ import numpy as np
 from batching.alarm import Alarm
 from batching.errors import (
     BatcherClosedError,
+    BatcherFaultError,
     DeadlineExceededError,
     ExecutorContractError,
     SequenceError,
@@ -56,6 +57,7 @@ from batching.messages import (
     SequenceStep,
     TensorMap,
 )
+from batching.supervise import supervise
 
 _log = logging.getLogger(__name__)
 
@@ -231,7 +233,9 @@ class SequenceBatcher:
         self._anonymous = 0  # the last correlation id given to an iterative request without one
         self._wake = Alarm()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._loop_task = asyncio.create_task(self._run(), name=f"sequences:{self._name}")
+        self._loop_task = asyncio.create_task(
+            supervise(self._name, self._run, self._fail_held), name=f"sequences:{self._name}"
+        )
 
     @property
     def in_flight(self) -> int:
@@ -496,6 +500,24 @@ class SequenceBatcher:
         if request is None:
             return None
         return request.enqueue_ns, request.order
+
+    def _fail_held(self) -> None:
+        """After a fault of the loop (`supervise`): fail every request that waits (those
+        executing finish), as `_drop_expired` fails an expired one."""
+        for sequence in self._all_sequences():
+            for request in list(sequence.requests):
+                if sequence.running and sequence.requests[0] is request:
+                    continue
+                sequence.requests.remove(request)
+                if self._policy.iterative:
+                    self._release(sequence)
+                _settle(
+                    request,
+                    BatcherFaultError(
+                        f"model '{self._policy.model}': the batcher failed (see the server's "
+                        "log); the request was not executed"
+                    ),
+                )
 
     def _drop_expired(self, now_ns: int) -> int | None:
         """Fail the waiting requests whose deadline passed; when the next one's is."""

@@ -8,6 +8,7 @@ import math
 from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
 from batching import (
     BatcherClosedError,
+    BatcherFaultError,
     BatchingError,
     DeadlineExceededError,
     ExecutorContractError,
@@ -32,6 +33,7 @@ CONTRACT_ERRORS: dict[type[Exception], type[contract.ServerError]] = {
     LatencyTargetError: contract.UnavailableError,
     PolicyError: contract.InvalidInputError,
     ExecutorContractError: contract.InternalError,
+    BatcherFaultError: contract.InternalError,
     SequenceError: contract.InvalidInputError,
 }
 

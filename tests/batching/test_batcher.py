@@ -11,6 +11,7 @@ import pytest
 from batching import (
     Batcher,
     BatcherClosedError,
+    BatcherFaultError,
     BatchPolicy,
     DeadlineCancelledError,
     DeadlineExceededError,
@@ -21,6 +22,7 @@ from batching import (
 )
 from batching.reach import LEAVE_AFTER
 from server.core.repository import parse_config
+from tests.batching.faults import FaultyGate
 
 # No dynamic_batching: one request per execution, as Triton's default scheduler.
 ONE_BY_ONE = BatchPolicy.from_config(parse_config('name: "m" max_batch_size: 8', "inline"))
@@ -433,6 +435,25 @@ async def test_adaptive_delay_waits_it_out_while_batches_grow_to_its_end_on_a_bu
     await stream(spare, 0.3)
     assert not spare.waits_out_delay
     await spare.stop(1.0)
+
+
+async def test_a_fault_of_the_loop_fails_the_requests_it_held_and_the_loop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    batcher = Batcher(
+        "m", [Doubler()], dynamic("max_queue_delay_microseconds: 5000"), gate=FaultyGate()
+    )
+    await batcher.start()
+    held = await asyncio.gather(
+        *(batcher.infer(_x(i), 1) for i in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(answer, BatcherFaultError) for answer in held), held
+    assert "not executed" in str(held[0])
+    assert "the batch loop failed" in caplog.text and "a bug in the rate limiter" in caplog.text
+    # The loop started again: the next requests are served, and stopping still works.
+    assert float((await batcher.infer(_x(2), 1)).outputs["y"][0, 0]) == 4.0
+    assert batcher.in_flight == 0
+    await batcher.stop(1.0)
 
 
 async def test_instances_can_be_added_and_retired_in_place() -> None:

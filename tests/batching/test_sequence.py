@@ -12,6 +12,7 @@ import pytest
 
 from batching import (
     BatcherClosedError,
+    BatcherFaultError,
     DeadlineExceededError,
     ExecutionRecord,
     Needs,
@@ -29,6 +30,7 @@ from batching import (
 from server.contract.errors import ConfigError
 from server.core.repository import parse_config
 from server.core.repository._sequence import sequence_policy
+from tests.batching.faults import FaultyGate
 
 CONFIG = """
 name: "acc"
@@ -320,6 +322,16 @@ async def test_sequence_batchers_wait_for_the_rate_limiters_resources() -> None:
         assert running <= 1
     for batcher in batchers:
         await batcher.stop(1.0)
+
+
+async def test_a_fault_of_the_loop_fails_the_waiting_requests_and_the_loop_goes_on() -> None:
+    batcher = SequenceBatcher("acc:1", [Accumulator()], _policy(), gate=FaultyGate())
+    await batcher.start()
+    with pytest.raises(BatcherFaultError, match="not executed"):
+        await _send(batcher, 7, 1, start=True)
+    # The loop started again: a sequence runs as ever.
+    assert [await _send(batcher, 8, v, v == 1, v == 3) for v in (1, 2, 3)] == [1, 3, 6]
+    await batcher.stop(1.0)
 
 
 async def test_a_sequence_request_waiting_past_its_deadline_is_dropped_unexecuted() -> None:
