@@ -10,7 +10,7 @@ A probe can also show that no reach holds: its batch was still growing when the 
 then not all in the batch; the loop is what paces their arrivals, and a batch sent before the
 delay ends is sent short of the requests the loop has yet to read: the clients split into more,
 smaller batches, each costing the loop a batch (mlp, 2 ms, over unary gRPC, 2 cores, 32 clients:
-batches of 12.9 at the reach against 15.7 waiting out the delay, 7% fewer requests served). The
+batches of 12.6-12.9 at the reach against 14.1-15.7 waiting out the delay). The
 reach is then *delay-bound*: every batch waits out the delay, as under Triton, and is itself a
 probe, until `LEAVE_AFTER` in a row stop growing before their end (whatever the loop's load:
 another model's load may keep it busy). Their newest requests came then at least an eighth of
