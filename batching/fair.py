@@ -63,22 +63,34 @@ class FairLine(Generic[Item]):
     def popleft(self) -> Item:
         if not self._order:
             raise IndexError("pop from an empty FairLine")
-        served, _, share = self._order[0]
+        share = self._order[0][2]
         line = self._lines[share]
         item = line.popleft()
         self._count -= 1
-        served += self._unit / self._weights.get(share, 1)
+        served = self._serve_first(self._order, self._unit, self._seq, bool(line))
         self._unit *= _GROWTH
         if line:
-            heapq.heapreplace(self._order, (served, self._seq, share))
             self._seq += 1
         else:  # its count waits here until it has requests again
-            heapq.heappop(self._order)
             del self._lines[share]
             self._served[share] = served
         if self._unit >= _RESCALE_AT:
             self._rescale()
         return item
+
+    def _serve_first(
+        self, order: list[tuple[float, int, str]], unit: float, seq: int, more: bool
+    ) -> float:
+        """Count one request served for the class first in `order` (the line's own heap, or
+        iteration's copy of it): its count grows by `unit` over the class's weight, and it keeps
+        a place under `seq` while it has `more` waiting, else leaves the heap. Its new count."""
+        served, _, share = order[0]
+        served += unit / self._weights.get(share, 1)
+        if more:
+            heapq.heapreplace(order, (served, seq, share))
+        else:
+            heapq.heappop(order)
+        return served
 
     def _rescale(self) -> None:
         """Scale every count and the unit down by `_RESCALE_AT` (exactly: a power of two), and
@@ -98,15 +110,12 @@ class FairLine(Generic[Item]):
         left: dict[str, int] = {}  # each class's not handed out yet
         unit, seq = self._unit, self._seq
         while order:
-            served, _, share = order[0]
+            share = order[0][2]
             if share not in items:
                 items[share], left[share] = iter(self._lines[share]), len(self._lines[share])
             yield next(items[share])
             left[share] -= 1
-            served += unit / self._weights.get(share, 1)
+            self._serve_first(order, unit, seq, bool(left[share]))
             unit *= _GROWTH
             if left[share]:
-                heapq.heapreplace(order, (served, seq, share))
                 seq += 1
-            else:
-                heapq.heappop(order)

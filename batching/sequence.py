@@ -508,16 +508,21 @@ class SequenceBatcher:
             for request in list(sequence.requests):
                 if sequence.running and sequence.requests[0] is request:
                     continue
-                sequence.requests.remove(request)
-                if self._policy.iterative:
-                    self._release(sequence)
-                _settle(
+                self._drop(
+                    sequence,
                     request,
                     BatcherFaultError(
                         f"model '{self._policy.model}': the batcher failed (see the server's "
                         "log); the request was not executed"
                     ),
                 )
+
+    def _drop(self, sequence: _Sequence, request: _Request, error: Exception) -> None:
+        """Fail a waiting request of `sequence` (not its executing one) and take it out."""
+        sequence.requests.remove(request)
+        if self._policy.iterative:  # the request was its whole sequence
+            self._release(sequence)
+        _settle(request, error)
 
     def _drop_expired(self, now_ns: int) -> int | None:
         """Fail the waiting requests whose deadline passed; when the next one's is."""
@@ -528,11 +533,9 @@ class SequenceBatcher:
                 if due_ns is None or (sequence.running and sequence.requests[0] is request):
                     continue
                 if due_ns <= now_ns:
-                    sequence.requests.remove(request)
-                    if self._policy.iterative:  # the request was its whole sequence
-                        self._release(sequence)
                     waited_ms = (now_ns - request.enqueue_ns) / 1e6
-                    _settle(
+                    self._drop(
+                        sequence,
                         request,
                         DeadlineExceededError(
                             f"model '{self._policy.model}': the request's deadline passed "
