@@ -41,12 +41,12 @@ from batching.policy import (
 )
 from batching.queue import Queued, RequestQueue, split_expired
 from batching.rate_limit import ExplicitCount, Needs, parse_explicit
-from batching.sequence import (
+from batching.sequence import SequenceBatcher
+from batching.sequence_policy import (
     Control,
     ControlKind,
     ImplicitState,
     Selection,
-    SequenceBatcher,
     SequencePolicy,
     Strategy,
     ready_batch,

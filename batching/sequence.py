@@ -17,8 +17,8 @@ position `i` (empty positions get a null request with READY false), once enough 
 or the oldest request has waited `max_queue_delay_ns`; `OLDEST` batches the oldest requests of
 the instance's candidate sequences like the dynamic batcher, without padding.
 
-The queues, slots and backlog belong to the event loop: no locks. Selection (`ready_batch`) is a
-pure function of the slots and the time.
+The queues, slots and backlog belong to the event loop: no locks. The policy and the selection
+(`ready_batch`, a pure function of the slots and the time) live in `batching.sequence_policy`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
 
 import numpy as np
 
@@ -46,10 +44,7 @@ from batching.errors import (
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
 from batching.messages import (
-    CORRELATION_ID,
     NO_PARAMETERS,
-    SEQUENCE_END,
-    SEQUENCE_START,
     ExecutionRecord,
     Executor,
     Parameters,
@@ -57,67 +52,13 @@ from batching.messages import (
     SequenceStep,
     TensorMap,
 )
+from batching.sequence_policy import ControlKind, SequencePolicy, ready_batch
+from batching.sequence_tensors import keep_state, null_feed, request_feed, step_parameters
 from batching.supervise import supervise
 
 _log = logging.getLogger(__name__)
 
 Observer = Callable[[ExecutionRecord], None]
-
-
-class ControlKind(Enum):
-    START = "start"
-    END = "end"
-    READY = "ready"
-    CORRID = "corrid"
-
-
-class Strategy(Enum):
-    DIRECT = "direct"
-    OLDEST = "oldest"
-
-
-@dataclass(frozen=True, slots=True)
-class Control:
-    """One control tensor the model takes: its name, and the values it reads as false and true
-    (0-d arrays of the tensor's data type). CORRID carries the correlation id in `false`'s data
-    type; its `false` is what a null request carries (0 or an empty string)."""
-
-    kind: ControlKind
-    name: str
-    false: np.ndarray
-    true: np.ndarray
-
-
-@dataclass(frozen=True, slots=True)
-class ImplicitState:
-    """A state the server keeps per sequence: the model reads it from `input_name` and writes
-    the next one to `output_name`; a START request reads `initial` (the config's dims)."""
-
-    input_name: str
-    output_name: str
-    initial: np.ndarray
-
-
-@dataclass(frozen=True, slots=True)
-class SequencePolicy:
-    """How one stateful model version schedules; read from its config once, at load."""
-
-    model: str  # the model's name, as errors name it
-    batching: bool  # max_batch_size > 0: every tensor has a leading batch dim of 1 per request
-    slots: int  # per instance: DIRECT max(max_batch_size, 1), OLDEST max_candidate_sequences
-    max_batch_size: int  # requests per execution (at least 1)
-    strategy: Strategy = Strategy.DIRECT
-    idle_ns: int = 1_000_000_000
-    max_queue_delay_ns: int = 0
-    minimum_slot_utilization: float = 0.0  # DIRECT: share of slots ready before running early
-    preferred_batch_sizes: tuple[int, ...] = ()  # OLDEST, ascending
-    controls: tuple[Control, ...] = ()
-    states: tuple[ImplicitState, ...] = ()
-    iterative: bool = False  # each request is a sequence, which the model may reschedule
-
-    @property
-    def state_outputs(self) -> frozenset[str]:
-        return frozenset(state.output_name for state in self.states)
 
 
 @dataclass(slots=True, eq=False)
@@ -166,42 +107,6 @@ class _Lane:
 
     def occupied(self) -> int:
         return sum(1 for sequence in self.slots if sequence is not None)
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """What a lane runs now (batch positions; None: a null request), or when to look again."""
-
-    positions: tuple[int | None, ...] = ()  # slot indexes, in batch order
-    wait_until_ns: int | None = None
-
-
-def ready_batch(
-    slots: Sequence[tuple[int, int] | None], policy: SequencePolicy, now_ns: int
-) -> Selection:
-    """Which slots one idle instance runs now. `slots[i]` is (enqueue time of the ready request,
-    arrival number) for a slot whose sequence has a request ready, None otherwise."""
-    ready = [(slot, mark) for slot, mark in enumerate(slots) if mark is not None]
-    if not ready:
-        return Selection()
-    oldest_ns = min(mark[0] for _, mark in ready)
-    due_ns = oldest_ns + policy.max_queue_delay_ns
-    if policy.strategy is Strategy.DIRECT:
-        # As Triton: a delay needs both settings; either one reached runs the batch.
-        utilization = policy.minimum_slot_utilization
-        waits = policy.max_queue_delay_ns > 0 and utilization > 0
-        if waits and now_ns < due_ns and len(ready) < utilization * len(slots):
-            return Selection(wait_until_ns=due_ns)
-        last = max(slot for slot, _ in ready)
-        taken = {slot for slot, _ in ready}
-        return Selection(tuple(slot if slot in taken else None for slot in range(last + 1)))
-    by_age = sorted(ready, key=lambda entry: entry[1])
-    count = min(len(by_age), policy.max_batch_size)
-    if count < policy.max_batch_size and policy.max_queue_delay_ns and now_ns < due_ns:
-        preferred = [size for size in policy.preferred_batch_sizes if size <= count]
-        if not preferred or preferred[-1] != count:
-            return Selection(wait_until_ns=due_ns)
-    return Selection(tuple(slot for slot, _ in by_age[:count]))
 
 
 class SequenceBatcher:
@@ -584,11 +489,18 @@ class SequenceBatcher:
         start_ns = time.monotonic_ns()
         real = [entry for entry in batch if entry is not None]
         template = real[0][1].inputs
-        feeds = [
-            self._null_inputs(template) if entry is None else self._inputs(*entry)
-            for entry in batch
-        ]
-        parameters = [NO_PARAMETERS if entry is None else _parameters(*entry) for entry in batch]
+        policy = self._policy
+        feeds: list[TensorMap] = []
+        parameters: list[Parameters] = []
+        for entry in batch:
+            if entry is None:
+                feeds.append(null_feed(policy, template))
+                parameters.append(NO_PARAMETERS)
+                continue
+            sequence, request = entry
+            corrid, start, end = sequence.correlation_id, request.start, request.end
+            feeds.append(request_feed(policy, request.inputs, corrid, start, end, sequence.state))
+            parameters.append(step_parameters(request.parameters, corrid, start, end))
         record = ExecutionRecord(len(real), len(real), 0, 0, 0, succeeded=False)
         again: set[int] = set()  # id() of the requests the model rescheduled
         try:
@@ -630,7 +542,7 @@ class SequenceBatcher:
                 if isinstance(response, Exception):
                     _settle(request, response)
                     continue
-                outputs = self._keep_state(sequence, response)
+                outputs = keep_state(self._policy, sequence.state, response)
                 _settle(
                     request,
                     RequestResult(
@@ -663,76 +575,9 @@ class SequenceBatcher:
                 self._gate.release(lane.executor, again=more)
             self._wake.set()
 
-    def _inputs(self, sequence: _Sequence, request: _Request) -> dict[str, Any]:
-        """A request's tensors as the model takes them: its own, the controls and the states."""
-        policy = self._policy
-        feed = dict(request.inputs)
-        for control in policy.controls:
-            if control.kind is ControlKind.CORRID:
-                value = _corrid(sequence.correlation_id, control.false.dtype)
-            elif control.kind is ControlKind.START:
-                value = control.true if request.start else control.false
-            elif control.kind is ControlKind.END:
-                value = control.true if request.end else control.false
-            else:
-                value = control.true
-            feed[control.name] = self._per_request(value)
-        for state in policy.states:
-            if request.start or state.input_name not in sequence.state:
-                feed[state.input_name] = self._batched(state.initial)
-            else:
-                feed[state.input_name] = sequence.state[state.input_name]
-        return feed
-
-    def _null_inputs(self, template: TensorMap) -> dict[str, Any]:
-        """An empty batch position (DIRECT): zeros shaped like a real request, READY false."""
-        policy = self._policy
-        feed: dict[str, Any] = {name: np.zeros_like(array) for name, array in template.items()}
-        for control in policy.controls:  # all false: a model reads nothing else of it
-            feed[control.name] = self._per_request(control.false)
-        for state in policy.states:
-            feed[state.input_name] = self._batched(state.initial)
-        return feed
-
-    def _keep_state(self, sequence: _Sequence, response: TensorMap) -> TensorMap:
-        """Keep the request's state outputs for the sequence's next request; the client gets
-        the other outputs."""
-        states = self._policy.states
-        if not states:
-            return response
-        for state in states:
-            if state.output_name in response:
-                sequence.state[state.input_name] = np.array(response[state.output_name])
-        hidden = self._policy.state_outputs
-        return {name: array for name, array in response.items() if name not in hidden}
-
-    def _per_request(self, value: np.ndarray) -> np.ndarray:
-        # A control tensor has dims [1]; a batching model's requests add the batch dim.
-        return np.reshape(value, (1, 1) if self._policy.batching else (1,))
-
-    def _batched(self, array: np.ndarray) -> np.ndarray:
-        return array[np.newaxis] if self._policy.batching else array
-
     def _report(self, record: ExecutionRecord) -> None:
         if self._observer is not None:
             self._observer(record)
-
-
-def _parameters(sequence: _Sequence, request: _Request) -> Parameters:
-    """A request's parameters as its executor gets them: its own, its correlation id, and its
-    START and END flags where set."""
-    parameters: dict[str, Any] = {**request.parameters, CORRELATION_ID: sequence.correlation_id}
-    if request.start:
-        parameters[SEQUENCE_START] = True
-    if request.end:
-        parameters[SEQUENCE_END] = True
-    return parameters
-
-
-def _corrid(correlation_id: int | str, dtype: np.dtype[Any]) -> np.ndarray:
-    if isinstance(correlation_id, str):
-        return np.array(correlation_id.encode(), dtype=object)
-    return np.array(correlation_id, dtype=dtype)
 
 
 def _settle(request: _Request, result: RequestResult | BaseException) -> None:
