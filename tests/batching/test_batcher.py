@@ -396,6 +396,47 @@ async def test_adaptive_delay_sends_clients_in_step_once_all_are_in() -> None:
     await batcher.stop(1.0)
 
 
+async def test_adaptive_delay_holds_for_the_largest_preferred_size_where_clients_reach_it() -> None:
+    policy = BatchPolicy.from_config(
+        parse_config(
+            'name: "m" max_batch_size: 8 dynamic_batching { preferred_batch_size: [2, 4] '
+            "max_queue_delay_microseconds: 50000 }",
+            "inline",
+        )
+    )
+    records: list[ExecutionRecord] = []
+    batcher = Batcher("m", [Doubler()], policy, records.append)
+    await batcher.start()
+    loop = asyncio.get_running_loop()
+
+    async def clients(count: int, rounds: int) -> list[list[float]]:
+        latencies: list[list[float]] = [[] for _ in range(count)]
+
+        async def client(think_s: float, mine: list[float]) -> None:
+            for i in range(rounds):  # each sends again a little after it is answered
+                await asyncio.sleep(think_s)
+                start = loop.time()
+                await batcher.infer(_x(i), 1)
+                mine.append(loop.time() - start)
+
+        await asyncio.gather(*(client(0.002 * i, mine) for i, mine in enumerate(latencies)))
+        return latencies
+
+    # Four clients: the first batch (a probe) waits on past the preferred 2 and reaches 4, the
+    # largest; the next ones wait for their fourth request too, where Triton's batcher sends 2.
+    four = await clients(4, 5)
+    assert max(max(mine) for mine in four) < 0.03
+    assert [r.batch_size for r in records] == [4] * 5
+    # Later, two clients: a probe waits out the delay and reaches 2, so batches of 2 go at once.
+    await asyncio.sleep(1.05)
+    records.clear()
+    two = await clients(2, 5)
+    assert two[0][0] >= 0.045
+    assert max(max(mine[1:]) for mine in two) < 0.03
+    assert [r.batch_size for r in records] == [2] * 5
+    await batcher.stop(1.0)
+
+
 async def test_adaptive_delay_waits_it_out_while_batches_grow_to_its_end_on_a_busy_loop() -> None:
     """A steady stream, one request a millisecond, grows every 40 ms wait to its end: on a loop
     whose thread reads as busy all the time (its CPU clock is the wall clock), the clients are

@@ -1,5 +1,8 @@
 """Triton's batch selection, one rule per test, with time passed in explicitly."""
 
+import itertools
+from dataclasses import replace
+
 import pytest
 
 from batching import BatchPolicy, Candidate, Decision, PolicyError, QueuePolicy, next_batch
@@ -114,6 +117,37 @@ def test_adaptive_delay_sends_a_batch_once_it_reaches_what_waits_reached() -> No
     assert next_batch(queued(1), chosen, 0) == Decision(0, 2 * MS, size=1)
 
 
+def test_adaptive_delay_holds_a_smaller_preferred_size_for_the_largest_where_waits_reach_it() -> (
+    None
+):
+    chosen = policy(
+        "dynamic_batching { preferred_batch_size: [2, 4] max_queue_delay_microseconds: 1000 }"
+    )
+    three = queued(1, 1, 1, at_ns=0)
+    # Waits reached the largest preferred size lately, or a probe finds out: wait on for it.
+    assert next_batch(three, chosen, MS // 10, reach=4) == Decision(0, MS, size=3)
+    assert next_batch(three, chosen, MS // 10, reach=None) == Decision(0, MS, size=3)
+    assert next_batch(queued(1, 1, 1, 1), chosen, MS // 10, reach=4) == Decision(4, size=4)
+    # Waits reached less: Triton's rule, the largest preferred size reached goes at once.
+    assert next_batch(three, chosen, MS // 10, reach=3) == Decision(2, size=2)
+    # The delay over: everything pending goes, as under Triton.
+    assert next_batch(three, chosen, MS, reach=4) == Decision(3, size=3, waited=True)
+
+
+def test_without_the_adaptive_delay_a_smaller_preferred_size_goes_at_once() -> None:
+    off = policy(
+        "dynamic_batching { preferred_batch_size: [2, 4] max_queue_delay_microseconds: 1000 } "
+        + _parameters(convoy_adaptive_queue_delay="false")
+    )
+    assert next_batch(queued(1, 1, 1), off, 0, reach=4) == Decision(2, size=2)
+    assert not grows_quietly(off, 1, 1, reach=4)
+    # Without a delay there is nothing to hold for, whatever the reach.
+    no_delay = replace(
+        policy("dynamic_batching { preferred_batch_size: [2, 4] }"), adaptive_delay=True
+    )
+    assert next_batch(queued(1, 1, 1), no_delay, 0) == Decision(2, size=2)
+
+
 def test_the_adaptive_delay_is_on_by_default_and_off_when_asked_or_without_a_delay() -> None:
     assert policy("dynamic_batching { max_queue_delay_microseconds: 2000 }").adaptive_delay
     assert not policy("dynamic_batching { }").adaptive_delay  # nothing to end early
@@ -213,15 +247,16 @@ def test_an_arrival_grows_a_waiting_batch_quietly_exactly_when_the_choice_stays_
     """The batcher's loop sleeps through an arrival that `grows_quietly` allows: for every
     waiting batch and every arrival that fits the model, that is when `next_batch` still waits."""
     chosen = policy(f"dynamic_batching {{ {preferred} max_queue_delay_microseconds: 1000 }}")
-    for first in range(1, 9):
-        for second in range(1, 9):
-            for rows in range(1, 9):
-                waiting = queued(first, second)
-                if next_batch(waiting, chosen, 0).count:
-                    continue  # the loop would not be waiting for this batch
-                pending = first + second
-                decision = next_batch([*waiting, *queued(rows)], chosen, 0)
-                assert grows_quietly(chosen, pending, rows) == (decision.count == 0), (
-                    pending,
-                    rows,
-                )
+    for first, second, rows, reach in itertools.product(
+        range(1, 9), range(1, 9), range(1, 9), (None, 3, 5, 6, 8)
+    ):
+        waiting = queued(first, second)
+        if next_batch(waiting, chosen, 0, reach).count:
+            continue  # the loop would not be waiting for this batch
+        pending = first + second
+        decision = next_batch([*waiting, *queued(rows)], chosen, 0, reach)
+        assert grows_quietly(chosen, pending, rows, reach) == (decision.count == 0), (
+            pending,
+            rows,
+            reach,
+        )
