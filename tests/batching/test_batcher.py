@@ -642,7 +642,9 @@ async def test_a_batch_waiting_for_an_instance_loses_its_expired_requests() -> N
 
 
 async def test_fair_share_takes_a_light_client_in_before_a_heavy_clients_backlog() -> None:
-    executor = Doubler(0.02)
+    # The first batch runs 100 ms: the backlog and the light request (queued within about 6 ms)
+    # are all in before it ends, even on a loaded machine (20 ms once left too little margin).
+    executor = Doubler(0.1)
     policy = replace(dynamic(""), max_batch_size=2, preferred_batch_sizes=(2,), fair_share=True)
     batcher = Batcher("m", [executor], policy)
     await batcher.start()
