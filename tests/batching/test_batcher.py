@@ -362,25 +362,28 @@ async def test_adaptive_delay_learns_that_a_lone_client_gains_nothing_from_waiti
     await batcher.stop(1.0)
 
 
+async def _clients_in_step(batcher: Batcher, count: int, rounds: int) -> list[list[float]]:
+    """`count` clients, 2 ms apart, each sending `rounds` requests, the next a little after its
+    answer (its own offset later); each client's latencies."""
+    loop = asyncio.get_running_loop()
+    latencies: list[list[float]] = [[] for _ in range(count)]
+
+    async def client(think_s: float, mine: list[float]) -> None:
+        for i in range(rounds):
+            await asyncio.sleep(think_s)
+            start = loop.time()
+            await batcher.infer(_x(i), 1)
+            mine.append(loop.time() - start)
+
+    await asyncio.gather(*(client(0.002 * i, mine) for i, mine in enumerate(latencies)))
+    return latencies
+
+
 async def test_adaptive_delay_sends_clients_in_step_once_all_are_in() -> None:
     records: list[ExecutionRecord] = []
     batcher = Batcher("m", [Doubler()], ADAPTIVE, records.append)
     await batcher.start()
-    loop = asyncio.get_running_loop()
-
-    async def client(think_s: float, rounds: int, latencies: list[float]) -> None:
-        for i in range(rounds):  # each sends again a little after it is answered
-            await asyncio.sleep(think_s)
-            start = loop.time()
-            await batcher.infer(_x(i), 1)
-            latencies.append(loop.time() - start)
-
-    async def clients(count: int, rounds: int) -> list[list[float]]:
-        latencies: list[list[float]] = [[] for _ in range(count)]
-        await asyncio.gather(*(client(0.002 * i, rounds, mine) for i, mine in enumerate(latencies)))
-        return latencies
-
-    four = await clients(4, 5)
+    four = await _clients_in_step(batcher, 4, 5)
     # The first batch waits out the delay (a probe) and reaches 4: the next ones go as soon as
     # their fourth request is in, where Triton's batcher would wait 50 ms for each.
     assert four[0][0] >= 0.045
@@ -390,7 +393,7 @@ async def test_adaptive_delay_sends_clients_in_step_once_all_are_in() -> None:
     # follow.
     await asyncio.sleep(1.05)
     records.clear()
-    six = await clients(6, 5)
+    six = await _clients_in_step(batcher, 6, 5)
     assert max(max(mine[1:]) for mine in six) < 0.03
     assert [r.batch_size for r in records] == [6] * 5
     await batcher.stop(1.0)
@@ -407,30 +410,15 @@ async def test_adaptive_delay_holds_for_the_largest_preferred_size_where_clients
     records: list[ExecutionRecord] = []
     batcher = Batcher("m", [Doubler()], policy, records.append)
     await batcher.start()
-    loop = asyncio.get_running_loop()
-
-    async def clients(count: int, rounds: int) -> list[list[float]]:
-        latencies: list[list[float]] = [[] for _ in range(count)]
-
-        async def client(think_s: float, mine: list[float]) -> None:
-            for i in range(rounds):  # each sends again a little after it is answered
-                await asyncio.sleep(think_s)
-                start = loop.time()
-                await batcher.infer(_x(i), 1)
-                mine.append(loop.time() - start)
-
-        await asyncio.gather(*(client(0.002 * i, mine) for i, mine in enumerate(latencies)))
-        return latencies
-
     # Four clients: the first batch (a probe) waits on past the preferred 2 and reaches 4, the
     # largest; the next ones wait for their fourth request too, where Triton's batcher sends 2.
-    four = await clients(4, 5)
+    four = await _clients_in_step(batcher, 4, 5)
     assert max(max(mine) for mine in four) < 0.03
     assert [r.batch_size for r in records] == [4] * 5
     # Later, two clients: a probe waits out the delay and reaches 2, so batches of 2 go at once.
     await asyncio.sleep(1.05)
     records.clear()
-    two = await clients(2, 5)
+    two = await _clients_in_step(batcher, 2, 5)
     assert two[0][0] >= 0.045
     assert max(max(mine[1:]) for mine in two) < 0.03
     assert [r.batch_size for r in records] == [2] * 5
