@@ -10,10 +10,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from batching.alarm import Alarm
 from batching.errors import (
@@ -21,11 +19,12 @@ from batching.errors import (
     BatcherFaultError,
     DeadlineCancelledError,
     DeadlineExceededError,
-    ExecutorContractError,
     QueueFullError,
     RequestTimeoutError,
 )
+from batching.execution import Handover, Observer, answer_in_turns, run_batch, settle
 from batching.inflight import InFlight
+from batching.instances import InstancePool
 from batching.limiter import ExecutionGate
 from batching.messages import (
     NO_PARAMETERS,
@@ -51,8 +50,6 @@ from batching.target import BatchTimes, TargetKeeper, request_share_ns
 from batching.turns import Turns
 
 _log = logging.getLogger(__name__)
-
-Observer = Callable[[ExecutionRecord], None]
 
 # A batch's answers taken in turn go out over at most this many turns of the event loop. mlp
 # over HTTP, in process (2 cores): one answer a turn served 1.16x the rate of one turn for all
@@ -86,13 +83,10 @@ class Batcher:
     ) -> None:
         """`loop_cpu_ns`: the CPU clock of the event loop's thread (natural batching's, and the
         adaptive delay's probes')."""
-        if not executors:
-            raise ValueError(f"batcher '{name}' needs at least one executor")
         self._name = name
-        self._executors = tuple(executors)
+        self._instances = InstancePool(name, executors, gate)
         self._policy = policy
         self._observer = observer
-        self._gate = gate  # the rate limiter an instance asks before it runs (None: never waits)
         self._closed = False
         self._in_flight = InFlight()  # requests accepted and not yet answered
         # Adaptive delay: the batch size that waiting out the whole delay reached lately.
@@ -134,8 +128,7 @@ class Batcher:
         # The loop, looked up once: each lookup reads the process id (a system call).
         self._loop = asyncio.get_running_loop()
         self._queue = RequestQueue(self._policy)
-        self._idle: deque[Executor] = deque(self._executors)
-        self._retiring: list[asyncio.Future[Executor]] = []  # waiting for a busy one to return
+        self._instances.start()
         self._wake = Alarm()
         self._last_release: asyncio.Future[None] | None = None  # for preserve_ordering
         self._tasks: set[asyncio.Task[None]] = set()
@@ -169,26 +162,16 @@ class Batcher:
 
     @property
     def executor_count(self) -> int:
-        return len(self._executors)
+        return self._instances.count
 
     def add_executor(self, executor: Executor) -> None:
         """Serve with one more instance from now on."""
-        self._executors = (*self._executors, executor)
-        self._idle.append(executor)
+        self._instances.add(executor)
         self._wake.set()
 
     async def retire_executor(self) -> Executor:
         """Take one instance out of service once it is idle, and hand it back for closing."""
-        if len(self._executors) - len(self._retiring) <= 1:
-            raise ValueError(f"batcher '{self._name}' keeps at least one executor")
-        if self._idle:
-            executor = self._idle.pop()
-        else:
-            returned: asyncio.Future[Executor] = self._loop.create_future()
-            self._retiring.append(returned)
-            executor = await returned
-        self._executors = tuple(e for e in self._executors if e is not executor)
-        return executor
+        return await self._instances.retire()
 
     async def infer(
         self,
@@ -213,7 +196,7 @@ class Batcher:
         `deadline_ns` (monotonic; 0: none) is when its caller stops waiting: the request is
         never executed after it. `share` is its fair-share class. `in_turn`: after a batch
         that waited out its delay, its answer is handed over in turns of the event loop, a few
-        a turn, after its batch's other answers (see `_answer_in_turns`).
+        a turn, after its batch's other answers (`batching.execution.answer_in_turns`).
         """
         if self._closed:
             raise BatcherClosedError(f"model '{self._name}' is no longer accepting requests")
@@ -235,7 +218,7 @@ class Batcher:
         predicted_ns = 0.0
         if self._target is not None:  # raises LatencyTargetError at once when over it
             predicted_ns = self._target.admit(
-                now_ns, len(self._queue), bool(self._idle), len(self._executors)
+                now_ns, len(self._queue), self._instances.any_idle, self._instances.count
             )
         request = Queued(
             inputs=inputs,
@@ -258,7 +241,12 @@ class Batcher:
             predicted_ns=predicted_ns,
             in_turn=in_turn,
         )
-        if not policy.dynamic and self._idle and self._gate is None and not len(self._queue):
+        if (
+            not policy.dynamic
+            and self._instances.any_idle
+            and self._instances.gate is None
+            and not len(self._queue)
+        ):
             # Without dynamic batching every request runs alone: with nothing queued before it
             # and an instance free, it runs in the caller's task, without a trip through the
             # batcher's loop and a task of its own. (A dynamic batcher gathers the requests
@@ -267,7 +255,7 @@ class Batcher:
         try:
             self._queue.push(request)
         except QueueFullError as exc:  # the level is full: back once a request's share has run
-            share_ns = request_share_ns(self._times, policy.max_batch_size, len(self._executors))
+            share_ns = request_share_ns(self._times, policy.max_batch_size, self._instances.count)
             exc.retry_after_ns = self._turns.tell(now_ns, now_ns + share_ns, share_ns)
             raise
         if not self._sleeps_through(request):
@@ -311,7 +299,7 @@ class Batcher:
     async def _run_alone(self, request: Queued) -> RequestResult:
         request.active = False  # never queued: nothing to discard if the caller goes away
         with self._in_flight.counted():
-            await self._execute(self._idle.popleft(), [request], *self._ordering())
+            await self._execute(self._instances.take_ungated(), [request], *self._ordering())
         result: RequestResult = request.future.result()  # raises the request's error
         return result
 
@@ -337,11 +325,11 @@ class Batcher:
                     request.future.set_exception(RequestTimeoutError("Request timeout expired"))
             horizon_ns = self._horizon_ns
             for request in self._queue.drop_expired(now_ns + horizon_ns):
-                _fail(request, self._expired(request, now_ns))
+                settle(request.future, self._expired(request, now_ns))
             wait_until_ns = None
             quiet_rows: int | None = None  # the rows of a batch waited for (None: busy)
             reach = None
-            if self._idle and len(self._queue):
+            if self._instances.any_idle and len(self._queue):
                 if self._natural is not None:
                     self._measure_load(self._natural, now_ns)
                 forming = self._forming
@@ -349,7 +337,7 @@ class Batcher:
                 decision = next_batch(
                     (request.candidate for request in self._queue), forming, now_ns, reach
                 )
-                executor = self._runnable() if decision.count else None
+                executor = self._instances.take(self._wake.set) if decision.count else None
                 if executor is not None:
                     # Dispatched first: the instance taken is never left out of service.
                     batch = self._queue.take(decision.count)
@@ -369,11 +357,11 @@ class Batcher:
                     and not self._reach.bound
                 ):  # a probe begins its wait: is the loop reading requests meanwhile?
                     self._probe_start = (now_ns, self._loop_cpu_ns())
-            elif self._gate is not None and not len(self._queue):
-                for idle in self._idle:
-                    self._gate.withdraw(idle)
+            elif not len(self._queue):
+                self._instances.withdraw()
             deadline_ns = self._queue.next_deadline_ns(horizon_ns)
-            if self._may_sleep_through and (not self._idle or wait_until_ns is not None):
+            busy = not self._instances.any_idle
+            if self._may_sleep_through and (busy or wait_until_ns is not None):
                 due = [d for d in (wait_until_ns, deadline_ns) if d is not None]
                 self._quiet = _Quiet(quiet_rows, min(due) if due else None, reach)
             try:
@@ -385,8 +373,8 @@ class Batcher:
         """After a fault of the loop (`supervise`): fail every queued request, and start the
         loop's own state anew."""
         for request in self._queue.take(len(self._queue)):
-            _fail(
-                request,
+            settle(
+                request.future,
                 BatcherFaultError(
                     f"model '{self._name}': the batcher failed (see the server's log); the "
                     "request was not executed"
@@ -394,29 +382,6 @@ class Batcher:
             )
         self._quiet = None
         self._probe_start = None
-
-    def _answer_in_turns(
-        self,
-        answers: Iterator[tuple[asyncio.Future[Any], RequestResult | Exception]],
-        per_turn: int,
-    ) -> None:
-        """Hand over `per_turn` answers now and as many in each of the loop's next turns: the
-        requests that arrive meanwhile are read between them. Where the front end's write is
-        immediate (HTTP), a client answered early sends its next request while the batch's
-        other answers are still going out, and that request starts the next batch's delay
-        then, not after all of them. Only a batch that waited out its delay is answered so:
-        one sent at a size (a preferred one, the largest) waits for its last request, not its
-        first, and turns would only delay that one. (gRPC's writes complete through its
-        poller: spread over turns they cost more CPU than they gained, so its answers go out
-        together.)"""
-        given = 0
-        for future, answer in answers:
-            if not future.done():  # a caller cancelled since its batch ended
-                _settle(future, answer)
-                given += 1
-                if given == per_turn:
-                    self._loop.call_soon(self._answer_in_turns, answers, per_turn)
-                    return
 
     def _expired(self, request: Queued, now_ns: int) -> DeadlineExceededError:
         waited_ms = (now_ns - request.candidate.enqueue_ns) / 1e6
@@ -450,16 +415,6 @@ class Batcher:
             how = "wait for batch-mates" if forming.adaptive_delay else "go at once"
             _log.debug("model '%s': batches %s (natural batching)", self._name, how)
 
-    def _runnable(self) -> Executor | None:
-        """An idle instance that may run now (the first, without a gate)."""
-        if self._gate is None:
-            return self._idle.popleft()
-        for executor in self._idle:
-            if self._gate.acquire(executor, self._wake.set):
-                self._idle.remove(executor)
-                return executor
-        return None
-
     def _dispatch(self, batch: list[Queued], executor: Executor, waited: bool) -> None:
         task = asyncio.create_task(self._execute(executor, batch, *self._ordering(), waited))
         self._tasks.add(task)
@@ -487,7 +442,7 @@ class Batcher:
         # It may have waited for an instance or the rate limiter since it was formed.
         batch, expired = split_expired(batch, start_ns + self._horizon_ns)
         for request in expired:
-            _fail(request, self._expired(request, start_ns))
+            settle(request.future, self._expired(request, start_ns))
         # One pass over the batch for what the executor takes (this runs for every batch).
         rows = 0
         inputs = []
@@ -506,14 +461,9 @@ class Batcher:
             if self._target is not None:
                 self._target.started(executor, start_ns, rows)
             try:
-                outcome = await executor.execute(
-                    inputs, parameters if any(parameters) else (), device_outputs
+                outcome = await run_batch(
+                    executor, inputs, parameters if any(parameters) else (), device_outputs
                 )
-                if len(outcome.responses) != len(batch):
-                    raise ExecutorContractError(
-                        f"instance '{executor.name}' answered {len(outcome.responses)} of "
-                        f"the batch's {len(batch)} requests"
-                    )
             except Exception as exc:  # the batch loop never dies: fail only this batch
                 _log.warning("model '%s': batch of %d failed: %s", self._name, rows, exc)
                 if self._observer is not None:
@@ -521,7 +471,7 @@ class Batcher:
                 if previous is not None:
                     await asyncio.shield(previous)
                 for request in batch:
-                    _fail(request, exc)
+                    settle(request.future, exc)
                 return
             input_ns, infer_ns, output_ns = (
                 outcome.compute_input_ns,
@@ -546,9 +496,13 @@ class Batcher:
                         done_ns - request.candidate.enqueue_ns, request.predicted_ns
                     )
             # Answers taken in turn go out a few per loop turn after a batch that waited out
-            # its delay (`_answer_in_turns`); after one sent at a size, and under
-            # preserve_ordering (before the next batch's answers), every answer goes now.
-            in_turn: list[tuple[asyncio.Future[Any], RequestResult | Exception]] = []
+            # its delay (`answer_in_turns`); after one sent at a size, and under
+            # preserve_ordering (before the next batch's answers), every answer goes now: a
+            # batch sent at a size waits for its last request, not its first, and turns would
+            # only delay that one. The front end asks for turns where its write is immediate
+            # (HTTP); gRPC's writes complete through its poller, and spread over turns they
+            # cost more CPU than they gained.
+            in_turn: list[Handover] = []
             for request, response in zip(batch, outcome.responses, strict=True):
                 future = request.future
                 if future.done():  # a cancelled caller's result is dropped
@@ -569,23 +523,18 @@ class Batcher:
                 if request.in_turn and waited and release is None:
                     in_turn.append((future, answer))
                 else:
-                    _settle(future, answer)
+                    settle(future, answer)
             if in_turn:
                 per_turn = -(-len(in_turn) // _ANSWER_TURNS)  # rounded up
-                self._answer_in_turns(iter(in_turn), per_turn)
+                answer_in_turns(self._loop, iter(in_turn), per_turn)
         finally:
             if self._target is not None:
                 self._target.finished(executor)
-            if self._gate is not None:
-                self._gate.release(executor, again=bool(len(self._queue)))
             if release is not None:
                 release.set_result(None)
-            if self._retiring:
-                self._retiring.pop(0).set_result(executor)
-            else:
-                self._idle.append(executor)
+            if self._instances.give_back(executor, again=bool(len(self._queue))):
                 self._quiet = None  # the loop may sleep on, but the next arrival wakes it
-            if len(self._queue) or self._gate is not None:  # else nothing waits for it
+            if len(self._queue) or self._instances.gate is not None:  # else nothing waits
                 self._wake.set()
 
 
@@ -600,16 +549,3 @@ def request_deadline_ns(
         due_ns = now_ns + timeout_ns
         expires_ns = due_ns if expires_ns is None else min(expires_ns, due_ns)
     return expires_ns
-
-
-def _settle(future: asyncio.Future[Any], answer: RequestResult | Exception) -> None:
-    """A request's answer: its RequestResult, or the exception its instance answered it with."""
-    if isinstance(answer, Exception):
-        future.set_exception(answer)
-    else:
-        future.set_result(answer)
-
-
-def _fail(request: Queued, error: Any) -> None:
-    if not request.future.done():
-        request.future.set_exception(error)

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,9 +38,9 @@ from batching.errors import (
     BatcherClosedError,
     BatcherFaultError,
     DeadlineExceededError,
-    ExecutorContractError,
     SequenceError,
 )
+from batching.execution import Observer, run_batch, settle
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
 from batching.messages import (
@@ -57,8 +57,6 @@ from batching.sequence_tensors import keep_state, null_feed, request_feed, step_
 from batching.supervise import supervise
 
 _log = logging.getLogger(__name__)
-
-Observer = Callable[[ExecutionRecord], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -427,7 +425,7 @@ class SequenceBatcher:
         sequence.requests.remove(request)
         if self._policy.iterative:  # the request was its whole sequence
             self._release(sequence)
-        _settle(request, error)
+        settle(request.future, error)
 
     def _drop_expired(self, now_ns: int) -> int | None:
         """Fail the waiting requests whose deadline passed; when the next one's is."""
@@ -505,17 +503,12 @@ class SequenceBatcher:
         again: set[int] = set()  # id() of the requests the model rescheduled
         try:
             try:
-                outcome = await lane.executor.execute(feeds, parameters, False)
-                if len(outcome.responses) != len(batch):
-                    raise ExecutorContractError(
-                        f"instance '{lane.executor.name}' answered {len(outcome.responses)} of "
-                        f"the batch's {len(batch)} requests"
-                    )
+                outcome = await run_batch(lane.executor, feeds, parameters, False)
             except Exception as exc:  # the loop never dies: fail only this batch
                 _log.warning("model '%s': sequence batch failed: %s", self._policy.model, exc)
                 self._report(record)
                 for _, request in real:
-                    _settle(request, exc)
+                    settle(request.future, exc)
                 return
             record = ExecutionRecord(
                 len(real),
@@ -540,11 +533,11 @@ class SequenceBatcher:
                     again.add(id(request))
                     continue
                 if isinstance(response, Exception):
-                    _settle(request, response)
+                    settle(request.future, response)
                     continue
                 outputs = keep_state(self._policy, sequence.state, response)
-                _settle(
-                    request,
+                settle(
+                    request.future,
                     RequestResult(
                         outputs=outputs,
                         queue_ns=spent[0],
@@ -578,12 +571,3 @@ class SequenceBatcher:
     def _report(self, record: ExecutionRecord) -> None:
         if self._observer is not None:
             self._observer(record)
-
-
-def _settle(request: _Request, result: RequestResult | BaseException) -> None:
-    if request.future.done():  # a cancelled caller's result is dropped
-        return
-    if isinstance(result, BaseException):
-        request.future.set_exception(result)
-    else:
-        request.future.set_result(result)
