@@ -1,11 +1,16 @@
 """The memory budget: footprints and which idle models LRU eviction picks."""
 
+import pytest
+
+from server.contract.errors import ModelLoadFailedError
 from server.core.repository import (
+    MemoryBudget,
     Resident,
     auto_limit_bytes,
     choose_evictions,
     footprint_bytes,
     parse_config,
+    plan_room,
 )
 
 
@@ -45,3 +50,21 @@ def test_the_auto_budget_is_half_the_gpus_memory_where_there_are_gpus() -> None:
     assert auto_limit_bytes(cuda_total_bytes=80 * 2**30) == 40 * 2**30
     ram_share = auto_limit_bytes(cuda_total_bytes=0)  # no GPU: a share of the RAM
     assert 0 < ram_share < 2**50
+
+
+def test_room_is_made_by_evicting_only_where_the_budget_allows_it() -> None:
+    residents = [resident("old", 40, 1), resident("new", 40, 2)]
+    evicting = MemoryBudget(limit_bytes=100, evict_lru=True)
+    assert plan_room("m", evicting, residents, used_bytes=80, needed_bytes=20) == []
+    assert plan_room("m", evicting, residents, used_bytes=80, needed_bytes=50) == [residents[0]]
+    with pytest.raises(ModelLoadFailedError, match="60 of the 100-byte memory budget"):
+        plan_room("m", MemoryBudget(limit_bytes=100), residents, used_bytes=40, needed_bytes=70)
+
+
+def test_a_load_that_cannot_fit_names_what_it_needs_and_what_is_free() -> None:
+    busy = [resident("busy", 90, 1, idle=False)]
+    with pytest.raises(ModelLoadFailedError) as raised:
+        plan_room("m", MemoryBudget(100, evict_lru=True), busy, used_bytes=90, needed_bytes=20)
+    message = str(raised.value)
+    assert "'m'" in message and "needs 20 bytes" in message and "only 10 of the" in message
+    assert "no idle model can be evicted to make room" in message

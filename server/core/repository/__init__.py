@@ -14,19 +14,21 @@ from server.core.repository._budget import (
     auto_limit_bytes,
     choose_evictions,
     footprint_bytes,
+    plan_room,
 )
 from server.core.repository._config import parse_config, read_config
+from server.core.repository._directories import check_name, directory_stamp
 from server.core.repository._keep_alive import KeepAlive, due, keep_alive_of
 from server.core.repository._labels import read_labels
 from server.core.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
-from server.core.repository._repository import (
-    Repository,
-    check_name,
-    directory_stamp,
-    parse_version,
-)
+from server.core.repository._repository import Repository
 from server.core.repository._validate import check_backend, check_ensemble, check_signature
-from server.core.repository._versions import is_version_name, list_versions, select_versions
+from server.core.repository._versions import (
+    is_version_name,
+    list_versions,
+    parse_version,
+    select_versions,
+)
 
 __all__ = [
     "DEFAULT_BACKEND_DIRECTORY",
@@ -56,6 +58,7 @@ __all__ = [
     "list_versions",
     "parse_config",
     "parse_version",
+    "plan_room",
     "python_backend_file",
     "read_config",
     "read_labels",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from backends import cuda_memory_total_bytes
 from proto import model_config_pb2 as mc
 from server.contract.datatypes import BY_CONFIG
+from server.contract.errors import LOAD_FAILED
 
 AUTO_RAM_SHARE = 0.5  # `--memory-budget auto` on CPU: this share of the machine's RAM
 AUTO_DEVICE_SHARE = 0.5  # `--memory-budget auto` with GPUs: this share of their memory
@@ -75,3 +76,30 @@ def choose_evictions(
         if needed_bytes <= free_bytes:
             return chosen
     return None
+
+
+def plan_room(
+    model: str,
+    budget: MemoryBudget,
+    residents: Sequence[Resident],
+    used_bytes: int,
+    needed_bytes: int,
+) -> list[Resident]:
+    """The idle models to evict so that `model`'s `needed_bytes` fit under `budget`, with
+    `used_bytes` taken by the `residents` (the other loaded models); ModelLoadFailedError when
+    they cannot fit (eviction off, or too little would be freed)."""
+    limit = budget.limit_bytes
+    free = limit - used_bytes
+    if budget.evict_lru:
+        victims = choose_evictions(residents, needed_bytes, free)
+    else:
+        victims = [] if needed_bytes <= free else None
+    if victims is None:
+        raise LOAD_FAILED(
+            model=model,
+            reason=f"it needs {needed_bytes} bytes, but only {max(free, 0)} of the "
+            f"{limit}-byte memory budget are free ({used_bytes} bytes used by {len(residents)} "
+            "other model(s))"
+            + ("; no idle model can be evicted to make room" if budget.evict_lru else ""),
+        )
+    return victims

@@ -21,20 +21,17 @@ from proto import model_config_pb2 as mc
 from server.contract.errors import (
     LOAD_FAILED,
     LOAD_NOT_POLLED,
-    VERSION_NEGATIVE,
-    VERSION_NOT_A_NUMBER,
     ConfigError,
-    InvalidInputError,
     ModelLoadFailedError,
     ModelNotFoundError,
     ModelNotReadyError,
 )
-from server.contract.numbers import is_digits
 from server.core.cache import ResponseCache, version_cache
 from server.core.repository import _model_loading as model_loading
 from server.core.repository._autocomplete import DEFAULT_AUTO_COMPLETE, AutoComplete
-from server.core.repository._budget import MemoryBudget, Resident, choose_evictions
+from server.core.repository._budget import MemoryBudget, Resident, plan_room
 from server.core.repository._config import read_config
+from server.core.repository._directories import check_name, directory_stamp, write_files
 from server.core.repository._loader import Built, Peers, build_model, unload_version
 from server.core.repository._models import (
     UNLOADED,
@@ -44,6 +41,7 @@ from server.core.repository._models import (
     VersionStatus,
 )
 from server.core.repository._sources import Sources
+from server.core.repository._versions import parse_version
 from server.core.serving.ensemble import composing_models, is_ensemble
 from server.core.storage import Mirror
 
@@ -149,7 +147,7 @@ class Repository:
                 )
             async with self._lock(name):
                 with tempfile.TemporaryDirectory(prefix="convoy-") as scratch:
-                    path = _write_files(name, Path(scratch) / name, files)
+                    path = write_files(name, Path(scratch) / name, files)
                     await self._build_and_swap(name, path, override, stamp=())
             return
         await self._sources.sync((name,))
@@ -290,11 +288,9 @@ class Repository:
     ) -> None:
         """Fit freshly built versions under the budget, evicting idle models if allowed."""
         assert self._budget is not None
-        limit = self._budget.limit_bytes
         used = sum(e.memory_bytes for e in self._models.values()) - sum(
             v.memory_bytes for v in replaced
         )
-        needed = sum(v.memory_bytes for v in fresh)
         # A loaded ensemble's composing models are in use even while idle, and evicting a model
         # that takes nothing (an ensemble) frees nothing: neither is a candidate.
         composing = self.composing()
@@ -308,20 +304,8 @@ class Repository:
             for e in self._models.values()
             if e.name != name and e.ready
         ]
-        victims = (
-            choose_evictions(residents, needed, limit - used)
-            if self._budget.evict_lru
-            else ([] if needed <= limit - used else None)
-        )
-        if victims is None:
-            raise LOAD_FAILED(
-                model=name,
-                reason=f"it needs {needed} bytes, but only {max(limit - used, 0)} of the "
-                f"{limit}-byte memory budget are free ({used} bytes used by {len(residents)} "
-                "other model(s))"
-                + ("; no idle model can be evicted to make room" if self._budget.evict_lru else ""),
-            )
-        for victim in victims:
+        needed = sum(v.memory_bytes for v in fresh)
+        for victim in plan_room(name, self._budget, residents, used, needed):
             await self._evict(self._models[victim.name], name)
 
     async def _evict(self, entry: ModelEntry, for_model: str) -> None:
@@ -536,26 +520,6 @@ class Repository:
             task.add_done_callback(self._draining.discard)
 
 
-def check_name(name: str) -> None:
-    """A model name is one plain directory name: nothing outside the repositories is reachable."""
-    if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
-        raise InvalidInputError(f"invalid model name '{name}': it must be a plain directory name")
-
-
-def directory_stamp(path: Path) -> tuple[object, ...]:
-    """Every directory below a model directory, and every file's size and modification time."""
-    stamp: list[tuple[object, ...]] = []
-    for item in sorted(path.rglob("*")):
-        with contextlib.suppress(OSError):  # gone since listed: the next poll sees it
-            relative = str(item.relative_to(path))
-            if item.is_dir():
-                stamp.append((relative,))
-            elif item.is_file():
-                info = item.stat()
-                stamp.append((relative, info.st_size, info.st_mtime_ns))
-    return tuple(stamp)
-
-
 def _warn_unclassified(config: mc.ModelConfig) -> None:
     """A model asks for fair share on a server whose requests carry no class: say so, since it
     would otherwise serve first come, first served without a word."""
@@ -567,39 +531,6 @@ def _warn_unclassified(config: mc.ModelConfig) -> None:
         "served; start the server with --fair-share-header NAME to share its batches",
         config.name,
     )
-
-
-def _write_files(name: str, path: Path, files: Mapping[str, bytes]) -> Path:
-    """Lay out `file:` parameters (paths in the model directory, "<version>/<file>" for a
-    version's files) as model `name`'s directory."""
-    for key, data in files.items():
-        relative = Path(key)
-        if relative.is_absolute() or not relative.parts or ".." in relative.parts:
-            raise LOAD_NOT_POLLED(
-                model=name,
-                reason=f"invalid file parameter 'file:{key}': it must name a file inside the "
-                "model directory",
-            )
-        target = path / relative
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        except OSError as exc:  # a file where a directory must be, or the reverse
-            raise LOAD_NOT_POLLED(
-                model=name, reason=f"invalid file parameter 'file:{key}': {exc.strerror}"
-            ) from exc
-    return path
-
-
-def parse_version(version: str) -> int:
-    """A request's model_version string as a number: ASCII digits, as Triton's grammar has
-    them (int() alone would take spaces, underscores, '+' and other scripts' digits)."""
-    digits = version[1:] if version.startswith("-") else version
-    if not is_digits(digits):
-        raise VERSION_NOT_A_NUMBER(version=version)
-    if version.startswith("-"):
-        raise VERSION_NEGATIVE(version=version)
-    return int(version)
 
 
 def _reason_suffix(statuses: list[VersionStatus]) -> str:

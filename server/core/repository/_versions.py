@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from proto import model_config_pb2 as mc
-from server.contract.errors import ConfigError
+from server.contract.errors import VERSION_NEGATIVE, VERSION_NOT_A_NUMBER, ConfigError
 from server.contract.numbers import is_digits
 
 _log = logging.getLogger(__name__)
@@ -53,3 +53,14 @@ def select_versions(
     if choice == "all":
         return sorted(available)
     return sorted(set(policy.specific.versions))
+
+
+def parse_version(version: str) -> int:
+    """A request's model_version string as a number: ASCII digits, as Triton's grammar has
+    them (int() alone would take spaces, underscores, '+' and other scripts' digits)."""
+    digits = version[1:] if version.startswith("-") else version
+    if not is_digits(digits):
+        raise VERSION_NOT_A_NUMBER(version=version)
+    if version.startswith("-"):
+        raise VERSION_NEGATIVE(version=version)
+    return int(version)
