@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import uvloop
 
+from server.frontend.http.connection import MAX_HEAD_BYTES
 from server.frontend.http.messages import (
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
@@ -23,7 +24,7 @@ from server.frontend.http.messages import (
     Streamed,
     json_response,
 )
-from server.frontend.http.transport import MAX_HEAD_BYTES, HttpServer
+from server.frontend.http.transport import HttpServer
 
 LIMIT_BYTES = 1024
 TOO_LARGE = "too large"
