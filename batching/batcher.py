@@ -22,7 +22,7 @@ from batching.errors import (
     QueueFullError,
     RequestTimeoutError,
 )
-from batching.execution import Handover, Observer, answer_in_turns, run_batch, settle
+from batching.execution import Handover, Observer, answer_in_turns, checked, settle
 from batching.inflight import InFlight
 from batching.instances import InstancePool
 from batching.limiter import ExecutionGate
@@ -461,8 +461,12 @@ class Batcher:
             if self._target is not None:
                 self._target.started(executor, start_ns, rows)
             try:
-                outcome = await run_batch(
-                    executor, inputs, parameters if any(parameters) else (), device_outputs
+                outcome = checked(
+                    await executor.execute(
+                        inputs, parameters if any(parameters) else (), device_outputs
+                    ),
+                    executor,
+                    len(batch),
                 )
             except Exception as exc:  # the batch loop never dies: fail only this batch
                 _log.warning("model '%s': batch of %d failed: %s", self._name, rows, exc)

@@ -40,7 +40,7 @@ from batching.errors import (
     DeadlineExceededError,
     SequenceError,
 )
-from batching.execution import Observer, run_batch, settle
+from batching.execution import Observer, checked, settle
 from batching.inflight import InFlight
 from batching.limiter import ExecutionGate
 from batching.messages import (
@@ -503,7 +503,10 @@ class SequenceBatcher:
         again: set[int] = set()  # id() of the requests the model rescheduled
         try:
             try:
-                outcome = await run_batch(lane.executor, feeds, parameters, False)
+                executor = lane.executor
+                outcome = checked(
+                    await executor.execute(feeds, parameters, False), executor, len(batch)
+                )
             except Exception as exc:  # the loop never dies: fail only this batch
                 _log.warning("model '%s': sequence batch failed: %s", self._policy.model, exc)
                 self._report(record)
