@@ -15,6 +15,7 @@ from batching import (
     BatcherFaultError,
     DeadlineExceededError,
     ExecutionRecord,
+    ExecutorContractError,
     Needs,
     Parameters,
     RateLimiter,
@@ -322,6 +323,28 @@ async def test_sequence_batchers_wait_for_the_rate_limiters_resources() -> None:
         assert running <= 1
     for batcher in batchers:
         await batcher.stop(1.0)
+
+
+class Forgetful(Accumulator):
+    """Answers one request fewer than it was given."""
+
+    async def execute(
+        self,
+        requests: Sequence[TensorMap],
+        parameters: Sequence[Parameters] = (),
+        device_outputs: bool = False,
+    ) -> Result:
+        answered = await super().execute(requests, parameters, device_outputs)
+        return Result(answered.responses[1:])
+
+
+async def test_an_executor_that_loses_a_response_fails_its_batch_and_frees_the_slot() -> None:
+    batcher = SequenceBatcher("acc:1", [Forgetful()], _policy())
+    await batcher.start()
+    with pytest.raises(ExecutorContractError, match="answered 0 of the batch's 1 requests"):
+        await _send(batcher, 7, 1, start=True, end=True)
+    assert batcher.in_flight == 0 and batcher.queue_depth == 0
+    await batcher.stop(1.0)
 
 
 async def test_a_fault_of_the_loop_fails_the_waiting_requests_and_the_loop_goes_on() -> None:
