@@ -375,9 +375,11 @@ def test_fair_share_takes_a_light_client_in_ahead_of_a_heavy_clients_backlog(
     server: ConvoyServer,
 ) -> None:
     done: dict[str, float] = {}
+    sent: dict[str, float] = {}
 
     def send(tag: str, client: str, use_http: bool) -> None:
         call = _http if use_http else _grpc
+        sent[tag] = time.monotonic()
         call(server, "fair", 1.0, headers={FAIR_HEADER: client})
         done[tag] = time.monotonic()
 
@@ -387,11 +389,16 @@ def test_fair_share_takes_a_light_client_in_ahead_of_a_heavy_clients_backlog(
         light = [pool.submit(send, f"light{i}", f"light{i}", i == 1) for i in range(2)]
         for future in [*heavy, *light]:
             future.result(30)
-    # Batches of 2 at 100 ms: first come first served, the light clients would finish last;
-    # served least lately first, each goes into one of the next batches beside the heavy client.
-    heavy_done = sorted(done[f"heavy{i}"] for i in range(10))
+    # Batches of 2 at 100 ms. First come, first served, a light client would wait behind the
+    # heavy client's whole backlog: all 10 heavy requests would finish while it waits. Served
+    # least lately first, it goes into the next batch beside the heavy client: while it waits,
+    # the batch running when it came and the one it joins finish 3 or 4 heavy requests, a
+    # batch or two more where a loaded machine is slow to send it (counted from when its
+    # client was called, not from when its request was queued).
     for i in range(2):
-        assert done[f"light{i}"] < heavy_done[6], "a light client waited behind the backlog"
+        tag = f"light{i}"
+        meanwhile = [h for h in range(10) if sent[tag] <= done[f"heavy{h}"] <= done[tag]]
+        assert len(meanwhile) <= 7, f"{tag} waited behind the backlog: {len(meanwhile)} heavy"
 
 
 def test_a_weighted_class_takes_its_weight_in_batch_slots(server: ConvoyServer) -> None:
