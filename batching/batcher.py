@@ -299,7 +299,9 @@ class Batcher:
     async def _run_alone(self, request: Queued) -> RequestResult:
         request.active = False  # never queued: nothing to discard if the caller goes away
         with self._in_flight.counted():
-            await self._execute(self._instances.take_ungated(), [request], *self._ordering())
+            executor = self._instances.take(self._wake.set)
+            assert executor is not None  # an idle instance, and no gate to ask
+            await self._execute(executor, [request], *self._ordering())
         result: RequestResult = request.future.result()  # raises the request's error
         return result
 

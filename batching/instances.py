@@ -65,10 +65,6 @@ class InstancePool:
                 return executor
         return None
 
-    def take_ungated(self) -> Executor:
-        """The first idle instance, where there is one and no gate to ask."""
-        return self._idle.popleft()
-
     def withdraw(self) -> None:
         """Nothing waits: the idle instances' asks to the gate are withdrawn."""
         if self.gate is not None:
