@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class InFlight:
     """A counter, and a future that a wait for it to reach zero makes and its last request
     settles: counting costs no more than the count when nobody waits, as on every request."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_idle: Callable[[], object] | None = None) -> None:
         self.count = 0  # requests inside `counted()`
         self._idle: asyncio.Future[None] | None = None  # while something waits for zero
+        self._on_idle = on_idle  # called each time the count falls to zero
 
     def start(self) -> None:
         """Kept for the owners' start(): the future is made on the loop by the first wait."""
@@ -27,10 +29,13 @@ class InFlight:
 
     def __exit__(self, *exc_info: object) -> None:
         self.count -= 1
-        if self.count == 0 and self._idle is not None:
-            if not self._idle.done():
-                self._idle.set_result(None)
-            self._idle = None
+        if self.count == 0:
+            if self._on_idle is not None:
+                self._on_idle()
+            if self._idle is not None:
+                if not self._idle.done():
+                    self._idle.set_result(None)
+                self._idle = None
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait (bounded) until nothing is in flight; True if that happened in time."""

@@ -1,7 +1,7 @@
 """The bare grpc.aio ceiling for scripts/bench.py: a server that answers ModelInfer with a canned
 response (no tensor decode, no batching, no model), so what it serves is grpc.aio's own limit.
 
-Usage: python scripts/canned_grpc.py CONFIG_PBTXT [--work-us N]
+Usage: python scripts/canned_grpc.py CONFIG_PBTXT [--work-us N] [--idle-poll-us N]
 
 It serves the one model CONFIG_PBTXT describes on a free 127.0.0.1 port, on uvloop and with the
 message size options Convoy's gRPC server sets, with gRPC's threads behind the event loop's as in
@@ -14,7 +14,10 @@ It needs only the generated modules in `proto`, and registers its service as Con
 does (one generic handler, `server.frontend.grpc.inference_handler`), so that both pay the same
 grpc.aio floor; its ModelInfer answer is serialized once, at start-up. `--work-us N` makes each
 ModelInfer hold the event loop for N us of busy work before it answers: a server whose own work
-per request takes N us, on grpc.aio's floor (scripts/handler_bench.py).
+per request takes N us, on grpc.aio's floor (scripts/handler_bench.py). Its event loop polls
+for `--idle-poll-us` once no ModelInfer is in flight, by Convoy's own rule
+(`server.contract.idle_poll`, the same default), so that the floor has what Convoy has; 0 gives
+grpc.aio's plain loop.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from google.protobuf import text_format
 
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc, model_config_pb2
+from server.contract.idle_poll import DEFAULT_WINDOW_US, IdlePoll
 from server.contract.scheduling import loop_first
 from server.frontend.grpc import inference_handler
 
@@ -51,8 +55,12 @@ def _datatype(data_type: int) -> str:
 class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     """Answers for one model, every one prebuilt from its config; ModelInfer echoes nothing."""
 
-    def __init__(self, config: model_config_pb2.ModelConfig, work_us: int = 0) -> None:
+    def __init__(
+        self, config: model_config_pb2.ModelConfig, work_us: int = 0, idle_poll_us: int = 0
+    ) -> None:
         self._work_ns = work_us * 1000
+        self._in_flight = 0  # ModelInfer calls; the last one's end starts the idle poll
+        self._idle_poll = IdlePoll(idle_poll_us, lambda: self._in_flight > 0)
         batch = [-1] if config.max_batch_size > 0 else []
         self._metadata = pb.ModelMetadataResponse(
             name=config.name,
@@ -110,21 +118,29 @@ class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         return self._statistics
 
     async def ModelInfer(self, request: object, context: object) -> bytes:
+        self._in_flight += 1
         if self._work_ns:
             end_ns = time.perf_counter_ns() + self._work_ns
             while time.perf_counter_ns() < end_ns:
                 pass
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle_poll.idle()
         return self._infer
 
 
-async def serve(config: model_config_pb2.ModelConfig, work_us: int = 0) -> None:
+async def serve(
+    config: model_config_pb2.ModelConfig, work_us: int = 0, idle_poll_us: int = 0
+) -> None:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MESSAGE_LIMIT_BYTES),
             ("grpc.max_send_message_length", MESSAGE_LIMIT_BYTES),
         ]
     )
-    server.add_generic_rpc_handlers((inference_handler(CannedServicer(config, work_us)),))
+    server.add_generic_rpc_handlers(
+        (inference_handler(CannedServicer(config, work_us, idle_poll_us)),)
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)
@@ -138,11 +154,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--work-us", type=int, default=0, help="busy work per ModelInfer, in us (default 0)"
     )
+    parser.add_argument(
+        "--idle-poll-us",
+        type=int,
+        default=DEFAULT_WINDOW_US,
+        help="poll the event loop this long once no ModelInfer is in flight, as Convoy's "
+        f"--idle-poll-us does (default {DEFAULT_WINDOW_US}; 0 never)",
+    )
     args = parser.parse_args(argv)
     config = text_format.Parse(
         args.config.read_text(encoding="utf-8"), model_config_pb2.ModelConfig()
     )
-    uvloop.run(serve(config, args.work_us))
+    uvloop.run(serve(config, args.work_us, args.idle_poll_us))
     return 0
 
 

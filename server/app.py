@@ -84,6 +84,9 @@ class App:
             settings.lazy_load_timeout_s,
             self.tracer,
             cold_start_timeout_s=settings.cold_start_timeout_s,
+            # Through front-end workers a request crosses two processes' loops on other cores,
+            # and a polling loop takes a core from them: no gain was measured (hot-path page).
+            idle_poll_us=0 if settings.frontend_workers else settings.idle_poll_us,
         )
         # Explicit mode: models idle past their keep-alive are unloaded (loaded again on demand).
         self._keep_alive = (

@@ -23,6 +23,7 @@ from server.contract.errors import (
     ServerStoppingError,
     UnsupportedError,
 )
+from server.contract.idle_poll import IdlePoll
 from server.contract.load import LoadReport
 from server.contract.model_io import check_request
 from server.contract.requests import InferRequest
@@ -58,14 +59,21 @@ class Engine:
         tracer: RequestTracer | None = None,
         *,
         cold_start_timeout_s: float = 30.0,
+        idle_poll_us: int = 0,
     ) -> None:
+        """`idle_poll_us`: how long the event loop polls after the last request in flight is
+        answered (`IdlePoll`; 0: never)."""
         self.repository = repository
         self._tracer = tracer
         self._strict_readiness = strict_readiness
         self._lazy_load_timeout_s = lazy_load_timeout_s  # None: evicted models stay unloaded
         self._cold_start_timeout_s = cold_start_timeout_s  # a keep-alive unloaded model's load
         self._stopping = False
-        self._in_flight = InFlight()
+        poll = IdlePoll(idle_poll_us, self._busy) if idle_poll_us else None
+        self._in_flight = InFlight(None if poll is None else poll.idle)
+
+    def _busy(self) -> bool:
+        return self._in_flight.count > 0
 
     @property
     def tracing(self) -> bool:

@@ -3,12 +3,14 @@ caches, in the order of Triton's parser; then Convoy's own options."""
 
 from __future__ import annotations
 
+from server.contract.idle_poll import DEFAULT_WINDOW_US
 from server.core.repository import DEFAULT_BACKEND_DIRECTORY
 from server.options._option import Option, Support
 from server.options._values import (
     BOOL,
     FILE,
     INT,
+    MICROSECONDS,
     SECONDS,
     SWITCH,
     TEXT,
@@ -285,6 +287,15 @@ CONVOY_OWN = (
         "workers); 0 serves them in the core process; auto picks from the cores",
         CONVOY,
         default=0,
+    ),
+    Option(
+        "idle-poll-us",
+        MICROSECONDS,
+        "how long the event loop keeps polling instead of sleeping once its last request in "
+        "flight is answered: lower latency at low load where an idle CPU halts (see The hot "
+        "path); 0 never polls; off with --frontend-workers",
+        CONVOY,
+        default=DEFAULT_WINDOW_US,
     ),
     Option(
         "grpc-max-message-bytes",

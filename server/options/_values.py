@@ -43,6 +43,14 @@ def integer(text: str) -> int:
     return value
 
 
+def microseconds(text: str) -> int:
+    """A non-negative whole number of microseconds."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of microseconds >= 0, got {text}")
+    return value
+
+
 def seconds(text: str) -> float:
     """A non-negative number of seconds; fractions are allowed (Triton reads whole seconds)."""
     try:
@@ -155,6 +163,7 @@ BOOL = Value("BOOL", triton_bool)
 INT = Value("N", integer)
 SECONDS = Value("SECONDS", seconds)
 MILLISECONDS = Value("MS", integer)
+MICROSECONDS = Value("US", microseconds)
 TEXT = Value("TEXT", str)
 FILE = Value("FILE", str)
 ADDRESS = Value("ADDRESS", str)

@@ -48,3 +48,19 @@ async def test_a_waiter_that_gives_up_leaves_the_others_waiting() -> None:
     assert await patient
     await running
     assert await tracker.wait_idle(0.01)  # and a later drain starts afresh
+
+
+def test_on_idle_is_called_each_time_the_count_falls_to_zero() -> None:
+    calls: list[int] = []
+    tracker = InFlight(on_idle=lambda: calls.append(tracker.count))
+    with tracker.counted():
+        with tracker.counted():
+            pass
+        assert calls == []  # one still in flight
+    assert calls == [0]
+    try:
+        with tracker.counted():
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    assert calls == [0, 0]  # a failed request leaves too

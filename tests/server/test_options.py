@@ -12,6 +12,7 @@ import pytest
 
 from server.app import front_end_settings
 from server.cli import build_parser
+from server.contract.idle_poll import DEFAULT_WINDOW_US
 from server.contract.settings import FrontEndSettings, GrpcOptions, GrpcTls, TraceSettings
 from server.frontend.process import server_options
 from server.options import (
@@ -167,6 +168,12 @@ def test_tritonserver_takes_tritons_defaults_and_convoy_serve_its_own() -> None:
     assert own.server_id == "convoy"
 
 
+def test_the_idle_poll_is_on_by_default_under_both_commands_and_zero_turns_it_off() -> None:
+    assert convoy("--model-repository=/m").idle_poll_us == DEFAULT_WINDOW_US > 0
+    assert triton("--model-repository=/m").idle_poll_us == DEFAULT_WINDOW_US
+    assert convoy("--model-repository=/m", "--idle-poll-us", "0").idle_poll_us == 0
+
+
 def test_both_spellings_of_a_value_and_the_model_store_alias() -> None:
     one = triton("--model-store=s3://bucket/path", "--model-repository", "/local", "--id", "x")
     assert one.model_repositories == ("s3://bucket/path", "/local")  # URLs pass as they are
@@ -291,6 +298,7 @@ def test_no_effect_options_are_noted_once_with_the_reason() -> None:
         (["--grpc-port=\u0661"], {}, "Invalid option value. Got \u0661"),
         (["--grpc-port=8_001"], {}, "Invalid option value. Got 8_001"),
         (["--backend-config=default-max-batch-size=\u0664"], {}, "expected an integer"),
+        (["--idle-poll-us=-5"], {}, "expected a number of microseconds >= 0, got -5"),
     ],
 )
 def test_refused_command_lines_say_why(
