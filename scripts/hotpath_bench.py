@@ -109,6 +109,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stream_message",
         ),
     ),
+    # The event loop's polling after the last answer (server.contract.idle_poll): the time
+    # between requests at c = 1, not a request's own.
+    ("idle poll", ("IdlePoll.",)),
     (
         "worker link",
         (

@@ -13,9 +13,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from backends import cuda_available
+from backends import cuda_available, usable_cores
 from batching import PolicyError, RateLimiter, parse_explicit
 from server.contract.errors import ConfigError, ModelLoadFailedError, ServerError
+from server.contract.idle_poll import poll_window_us
 from server.contract.logs import LogControl
 from server.contract.settings import FrontEndSettings
 from server.core.cache import open_cache, parse_cache_config
@@ -84,9 +85,9 @@ class App:
             settings.lazy_load_timeout_s,
             self.tracer,
             cold_start_timeout_s=settings.cold_start_timeout_s,
-            # Through front-end workers a request crosses two processes' loops on other cores,
-            # and a polling loop takes a core from them: no gain was measured (hot-path page).
-            idle_poll_us=0 if settings.frontend_workers else settings.idle_poll_us,
+            idle_poll_us=poll_window_us(
+                settings.idle_poll_us, usable_cores(), settings.frontend_workers
+            ),
         )
         # Explicit mode: models idle past their keep-alive are unloaded (loaded again on demand).
         self._keep_alive = (

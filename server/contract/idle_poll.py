@@ -17,6 +17,12 @@ is in flight again: a loop that has work never polls, and a busy server (many re
 flight, the loop rarely idle) never does either. What it costs: up to the window's length of
 one core's time per quiet spell, taken only after an answer; a server with no traffic polls
 nothing. `--idle-poll-us 0` turns it off.
+
+It needs a core for gRPC's own threads beside the polling loop (`poll_window_us`). On one core
+they wait behind the poll (they run under SCHED_BATCH, `server.contract.scheduling`): pinned to
+one core, mlp at c = 1 answered in 472 us with the poll against 228 us without. Through
+front-end workers a request crosses two processes' loops, and a polling loop takes a core the
+other process needs: both polling, 701 us against 459-508 us with neither.
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ import time
 from collections.abc import Callable
 
 DEFAULT_WINDOW_US = 300  # above the ~150 us from one answer to the next request at c = 1
+
+
+def poll_window_us(asked_us: int, usable_cores: int, frontend_workers: int) -> int:
+    """The window the core process's loop polls for: `asked_us` (--idle-poll-us), or 0 where
+    polling costs more than it saves: on fewer than two usable cores, or with front-end
+    workers."""
+    return asked_us if usable_cores >= 2 and not frontend_workers else 0
 
 
 class IdlePoll:

@@ -293,7 +293,7 @@ CONVOY_OWN = (
         MICROSECONDS,
         "how long the event loop keeps polling instead of sleeping once its last request in "
         "flight is answered: lower latency at low load where an idle CPU halts (see The hot "
-        "path); 0 never polls; off with --frontend-workers",
+        "path); 0 never polls; off on one core and with --frontend-workers",
         CONVOY,
         default=DEFAULT_WINDOW_US,
     ),

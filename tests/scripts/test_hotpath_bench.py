@@ -31,6 +31,11 @@ def test_convoy_frames_without_a_stage_are_the_rest_of_the_path() -> None:
     assert hotpath_bench.classify(stack) == hotpath_bench.REST
 
 
+def test_the_idle_poll_between_requests_is_a_stage_of_its_own() -> None:
+    stack = [*ENTRY, LOOP, "IdlePoll._poll (server/contract/idle_poll.py:60)"]
+    assert hotpath_bench.classify(stack) == "idle poll"
+
+
 def test_the_entry_point_and_the_event_loop_are_the_framework() -> None:
     assert hotpath_bench.classify([*ENTRY, LOOP]) == hotpath_bench.FRAMEWORK
     assert hotpath_bench.classify([*ENTRY, LOOP, "_wait (asyncio/tasks.py:1)"]) == (

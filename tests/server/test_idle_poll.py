@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from server.contract.idle_poll import IdlePoll
+from server.contract.idle_poll import IdlePoll, poll_window_us
 
 
 class _Load:
@@ -80,3 +80,14 @@ async def test_a_window_of_zero_never_polls() -> None:
 def test_a_negative_window_is_refused() -> None:
     with pytest.raises(ValueError, match="-1 us"):
         IdlePoll(-1, lambda: False)
+
+
+@pytest.mark.parametrize(
+    ("cores", "workers", "window_us"),
+    [(2, 0, 300), (16, 0, 300), (1, 0, 0), (2, 1, 0), (16, 4, 0)],
+)
+def test_the_core_process_polls_only_beside_a_free_core_and_without_workers(
+    cores: int, workers: int, window_us: int
+) -> None:
+    assert poll_window_us(300, cores, workers) == window_us
+    assert poll_window_us(0, cores, workers) == 0
