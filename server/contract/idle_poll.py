@@ -18,16 +18,19 @@ flight, the loop rarely idle) never does either. What it costs: up to the window
 one core's time per quiet spell, taken only after an answer; a server with no traffic polls
 nothing. `--idle-poll-us 0` turns it off.
 
-It needs a core for gRPC's own threads beside the polling loop (`poll_window_us`). On one core
-they wait behind the poll (they run under SCHED_BATCH, `server.contract.scheduling`): pinned to
-one core, mlp at c = 1 answered in 472 us with the poll against 228 us without. Through
-front-end workers a request crosses two processes' loops, and a polling loop takes a core the
-other process needs: both polling, 701 us against 459-508 us with neither.
+Each turn of the poll yields the CPU first (`sched_yield`), so that any thread waiting for that
+CPU runs before it: pinned to one core, without the yield gRPC's threads (under SCHED_BATCH,
+`server.contract.scheduling`) waited behind the poll, and mlp at c = 1 answered in 472 us with
+it against 228 us without; with the yield, 231-260 us. It gains nothing there either, so the core
+process polls only on two or more usable cores, and not with front-end workers, where a request
+crosses two processes' loops and polling in both cost CPU for a p50 that moved within its spread
+(`poll_window_us`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -67,8 +70,11 @@ class IdlePoll:
             self._loop.call_soon(self._poll)
 
     def _poll(self) -> None:
-        # A ready callback makes the loop's next wait for I/O a poll that returns at once.
+        # A ready callback makes the loop's next wait for I/O a poll that returns at once; each
+        # turn first yields the CPU to any thread waiting for it there (a busy machine's own
+        # work goes first: pinned to one core, gRPC's threads waited behind the poll without it).
         if self._loop is not None and not self._busy() and time.monotonic_ns() < self._until_ns:
+            os.sched_yield()
             self._loop.call_soon(self._poll)
         else:
             self._loop = None
