@@ -1,7 +1,8 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
+from server.frontend.grpc.edge import RESTRICTABLE_GROUPS
 from server.frontend.grpc.registration import GenericOnly, inference_handler
-from server.frontend.grpc.servicer import RESTRICTABLE_GROUPS, InferenceServicer
+from server.frontend.grpc.servicer import InferenceServicer
 from server.frontend.grpc.sockets import close_connections, stop_listening
 from server.frontend.grpc.status import ERROR_BASES, STATUS_CODES, status_for
 

@@ -3,114 +3,41 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import grpc
 import msgspec
 
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
-from server.contract.core import Core, LogValue
-from server.contract.errors import (
-    SERVER_STOPPING,
-    InvalidInputError,
-    ModelControlDisabledError,
-    RestrictedError,
-    ServerError,
-    UnsupportedError,
-)
+from server.contract.core import Core
+from server.contract.errors import SERVER_STOPPING, RestrictedError, ServerError
 from server.contract.requests import InferRequest, Received
 from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
-from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.forwarding import HeaderForwarding
+from server.frontend.grpc.admin import AdminRpcs
 from server.frontend.grpc.codec import (
     decode_inputs,
     decode_outputs,
     encode_response_bytes,
     infer_options,
 )
-from server.frontend.grpc.status import retry_pushback, status_for
+from server.frontend.grpc.edge import edge
+from server.frontend.grpc.status import status_for
 from server.frontend.grpc.stream import Outbox, stream_error, stream_message
 from server.frontend.orca import metadata_format, report_headers
 
 _log = logging.getLogger(__name__)
 
 
-_Req = TypeVar("_Req")
-_Resp = TypeVar("_Resp")
-_Handler = Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]
-
-
-# Triton's protocol groups, which --grpc-restricted-protocol can put behind a header.
-RPC_GROUPS: dict[str, str] = {
-    "ServerLive": "health",
-    "ServerReady": "health",
-    "ModelReady": "health",
-    "ServerMetadata": "metadata",
-    "ModelMetadata": "metadata",
-    "ModelInfer": "inference",
-    "ModelStreamInfer": "inference",
-    "ModelConfig": "model-config",
-    "ModelStatistics": "statistics",
-    "RepositoryIndex": "model-repository",
-    "RepositoryModelLoad": "model-repository",
-    "RepositoryModelUnload": "model-repository",
-    "SystemSharedMemoryStatus": "shared-memory",
-    "SystemSharedMemoryRegister": "shared-memory",
-    "SystemSharedMemoryUnregister": "shared-memory",
-    "CudaSharedMemoryStatus": "shared-memory",
-    "CudaSharedMemoryRegister": "shared-memory",
-    "CudaSharedMemoryUnregister": "shared-memory",
-    "TraceSetting": "trace",
-    "LogSettings": "logging",
-}
-RESTRICTABLE_GROUPS = frozenset(RPC_GROUPS.values())
-
-
 # The queue drops a request this long before its gRPC deadline, so that it is answered (and
 # counted) as expired rather than cancelled by gRPC at the same instant; an answer that late
 # could not reach the client in time anyway.
 _DEADLINE_MARGIN_NS = 1_000_000
-
-
-def _edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
-    """Check restrictions, then turn domain errors into their status codes; anything
-    unexpected is INTERNAL and logged."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
-        counted = not self._draining
-        self.calls += counted
-        try:
-            try:
-                if self._restricted:
-                    self._check_restricted(RPC_GROUPS[method.__name__], context)
-                return await method(self, request, context)
-            except ServerError as exc:
-                code, message, trailers = status_for(exc), str(exc), retry_pushback(exc)
-            except Exception as exc:
-                _log.exception("%s failed unexpectedly", method.__name__)
-                code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
-                trailers = ()
-            await context.abort(code, message, trailers)
-            raise AssertionError("context.abort returned")  # abort always raises
-        finally:
-            self.calls -= counted
-
-    return wrapper
-
-
-def _log_value(value: bool | int | str) -> pb.LogSettingsResponse.SettingValue:
-    if isinstance(value, bool):
-        return pb.LogSettingsResponse.SettingValue(bool_param=value)
-    if isinstance(value, int):
-        return pb.LogSettingsResponse.SettingValue(uint32_param=value)
-    return pb.LogSettingsResponse.SettingValue(string_param=value)
 
 
 def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -121,8 +48,9 @@ def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
     }
 
 
-class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """Every RPC of inference.GRPCInferenceService."""
+class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of inference.GRPCInferenceService: health and inference here, the rest in
+    `AdminRpcs`."""
 
     def __init__(
         self,
@@ -165,19 +93,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             if metadata.get(rule.header) != rule.value:
                 raise RestrictedError(f"This API is restricted, expecting header '{rule.header}'")
 
-    @_edge
+    @edge
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: Any
     ) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
 
-    @_edge
+    @edge
     async def ServerReady(
         self, request: pb.ServerReadyRequest, context: Any
     ) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=await self._core.server_ready())
 
-    @_edge
+    @edge
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Any
     ) -> pb.ModelReadyResponse:
@@ -185,40 +113,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ready=await self._core.model_ready(request.name, request.version)
         )
 
-    @_edge
-    async def ServerMetadata(
-        self, request: pb.ServerMetadataRequest, context: Any
-    ) -> pb.ServerMetadataResponse:
-        return server_metadata(
-            self._name, self._version, EXTENSIONS, self._core.info.cuda_shared_memory
-        )
-
-    @_edge
-    async def ModelMetadata(
-        self, request: pb.ModelMetadataRequest, context: Any
-    ) -> pb.ModelMetadataResponse:
-        return await self._core.model_metadata(request.name, request.version)
-
-    @_edge
-    async def ModelConfig(
-        self, request: pb.ModelConfigRequest, context: Any
-    ) -> pb.ModelConfigResponse:
-        config = await self._core.model_config(request.name, request.version)
-        return pb.ModelConfigResponse(config=config)
-
-    @_edge
-    async def ModelStatistics(
-        self, request: pb.ModelStatisticsRequest, context: Any
-    ) -> pb.ModelStatisticsResponse:
-        return await self._core.model_statistics(request.name, request.version)
-
-    @_edge
-    async def RepositoryIndex(
-        self, request: pb.RepositoryIndexRequest, context: Any
-    ) -> pb.RepositoryIndexResponse:
-        return await self._core.repository_index(request.ready)
-
-    @_edge
+    @edge
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> bytes:
         """The answer comes serialized (`encode_response_bytes`); the service's handler
         (`inference_handler`) sends bytes as they are."""
@@ -323,109 +218,3 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
             for task in list(running):
                 task.cancel()
-
-    @_edge
-    async def RepositoryModelLoad(
-        self, request: pb.RepositoryModelLoadRequest, context: Any
-    ) -> pb.RepositoryModelLoadResponse:
-        if not self._model_control:
-            raise ModelControlDisabledError()
-        override, files = load_parameters(request)
-        await self._core.load_model(request.model_name, override, files)
-        return pb.RepositoryModelLoadResponse()
-
-    @_edge
-    async def RepositoryModelUnload(
-        self, request: pb.RepositoryModelUnloadRequest, context: Any
-    ) -> pb.RepositoryModelUnloadResponse:
-        if not self._model_control:
-            raise ModelControlDisabledError()
-        dependents = request.parameters.get("unload_dependents")
-        await self._core.unload_model(
-            request.model_name, dependents is not None and dependents.bool_param
-        )
-        return pb.RepositoryModelUnloadResponse()
-
-    @_edge
-    async def SystemSharedMemoryStatus(
-        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
-    ) -> pb.SystemSharedMemoryStatusResponse:
-        return await self._core.system_shm_status(request.name)
-
-    @_edge
-    async def SystemSharedMemoryRegister(
-        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
-    ) -> pb.SystemSharedMemoryRegisterResponse:
-        await self._core.system_shm_register(
-            request.name, request.key, request.offset, request.byte_size
-        )
-        return pb.SystemSharedMemoryRegisterResponse()
-
-    @_edge
-    async def SystemSharedMemoryUnregister(
-        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
-    ) -> pb.SystemSharedMemoryUnregisterResponse:
-        await self._core.system_shm_unregister(request.name)
-        return pb.SystemSharedMemoryUnregisterResponse()
-
-    @_edge
-    async def CudaSharedMemoryStatus(
-        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
-    ) -> pb.CudaSharedMemoryStatusResponse:
-        return await self._core.cuda_shm_status(request.name)
-
-    @_edge
-    async def CudaSharedMemoryRegister(
-        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
-    ) -> pb.CudaSharedMemoryRegisterResponse:
-        await self._core.cuda_shm_register(
-            request.name, request.raw_handle, request.device_id, request.byte_size
-        )
-        return pb.CudaSharedMemoryRegisterResponse()
-
-    @_edge
-    async def CudaSharedMemoryUnregister(
-        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
-    ) -> pb.CudaSharedMemoryUnregisterResponse:
-        await self._core.cuda_shm_unregister(request.name)
-        return pb.CudaSharedMemoryUnregisterResponse()
-
-    @_edge
-    async def TraceSetting(
-        self, request: pb.TraceSettingRequest, context: Any
-    ) -> pb.TraceSettingResponse:
-        # As Triton in OpenTelemetry mode: the settings are fixed at start, and only read here.
-        if request.settings:
-            raise UnsupportedError(
-                "trace settings cannot be changed in OpenTelemetry mode; set them with "
-                "--trace-config at start"
-            )
-        if request.model_name:
-            await self._core.check_model(request.model_name)
-        values = {
-            "trace_mode": ["opentelemetry"],
-            "trace_level": [self._trace.level],
-            "trace_rate": [str(self._trace.rate)],
-            "trace_count": [str(self._trace.count)],
-        }
-        return pb.TraceSettingResponse(
-            settings={
-                key: pb.TraceSettingResponse.SettingValue(value=value)
-                for key, value in values.items()
-            }
-        )
-
-    @_edge
-    async def LogSettings(
-        self, request: pb.LogSettingsRequest, context: Any
-    ) -> pb.LogSettingsResponse:
-        changes: dict[str, LogValue] = {}
-        for key, value in request.settings.items():
-            choice = value.WhichOneof("parameter_choice")
-            if choice is None:
-                raise InvalidInputError(f"log setting '{key}' has no value")
-            changes[key] = getattr(value, choice)
-        settings = await self._core.log_settings(changes)
-        return pb.LogSettingsResponse(
-            settings={key: _log_value(value) for key, value in settings.items()}
-        )
