@@ -1,7 +1,7 @@
 """What a stateful model's request carries to it and back: its own tensors with the config's
 control tensors and the sequence's implicit state added, the zeros of an empty batch position,
 the state kept from its outputs, and its parameters. Pure functions of the sequence policy and
-plain values (`batching.sequence` holds the sequences)."""
+plain values (`batching.sequence_slots` holds the sequences)."""
 
 from __future__ import annotations
 
