@@ -32,20 +32,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.python._config import worker_spec
-from backends.python._frames import (
-    LEASE_NEW_BATCH,
-    RING_BYTES,
-    Reader,
-    Ring,
-    WorkerChannel,
-    copied,
-    read_frame,
-    stack_rows,
-    unstack_rows,
-    write_message,
-)
+from backends.python._frames import LEASE_NEW_BATCH, Reader, copied, read_frame, write_message
+from backends.python._model_loading import initialize_model, load_utils, model_class
+from backends.python._model_server import ModelServer
+from backends.python._pickling import stack_rows, unstack_rows
 from backends.python._process import AskAnswers, WorkerProcess
-from backends.python._worker import ModelServer, initialize_model, load_utils, model_class
+from backends.python._ring import RING_BYTES, Ring
+from backends.python._worker_channel import WorkerChannel
 from proto import model_config_pb2 as mc
 from scripts.bench_drivers import CpuMeter
 

@@ -12,11 +12,13 @@ concatenated). The event loop sends a batch to its worker and reads the answer w
 the instance's executor thread takes what blocks (restarts, the model's calls to the server,
 an in-process model's execute).
 
-The modules, in a request's order: `_instance` (PythonInstance: a batch's way there and back),
-`_replies` (the execute message, and the worker's replies as checked responses), `_supervisor`
-(the worker started, watched and replaced), `_process` and `_frames` (the worker process and its
-channel), `_worker` and `pb_utils` (the worker's side: Triton's API to model.py), `_local` (the
-same in the server's process), `_calls` (what the model asks the server while its batch runs).
+The modules, in a request's order: `_instance` (PythonInstance) and `_runner` (a batch's way there
+and back), `_replies` (the execute message, and the worker's replies as checked responses),
+`_supervisor` (the worker started, watched and replaced), `_process`, `_server_channel` and
+`_frames` with `_ring` and `_pickling` (the worker process and its channel), `_worker` (the
+worker's process), `_worker_channel`, `_model_server`, `_asker`, `_asks`, `_model_loading`,
+`_contract` and `pb_utils` (the worker's side: Triton's API to model.py), `_local` (the same in
+the server's process), `_calls` (what the model asks the server while its batch runs).
 
 Deadlines (model parameters, see `PythonSettings`): `convoy_execute_timeout_s` (60 s) bounds
 each execute, a decoupled one until every final flag, and finalize(); `convoy_initialize_timeout_s`

@@ -26,7 +26,8 @@ import numpy as np
 
 from backends.base import response_parameters
 from backends.python._local import LocalWorker
-from backends.python._process import WorkerFailure, WorkerProcess
+from backends.python._process import WorkerProcess
+from backends.python._server_channel import WorkerFailure
 
 # One response of a called model's stream: (outputs or None, the error message or None, final).
 Streamed = tuple[dict[str, Any] | None, str | None, bool]

@@ -24,15 +24,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from backends.python._process import WorkerFailure, WorkerRefused
+from backends.python._contract import ContractError
+from backends.python._model_loading import initialize_model, load_utils, model_class
+from backends.python._model_server import ModelServer
+from backends.python._server_channel import WorkerFailure, WorkerRefused
 from backends.python._settings import INLINE_EXECUTE_PARAMETER
-from backends.python._worker import (
-    ContractError,
-    ModelServer,
-    initialize_model,
-    load_utils,
-    model_class,
-)
 
 # How the instance answers a model's questions (`exec`, a decoupled call's next response or
 # cancel, `is_cancelled`): the question -> the ("called", call, ...) reply a worker would get.

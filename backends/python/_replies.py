@@ -15,8 +15,8 @@ from backends.base import ExecutionResult, Outputs, Parameters, Response, Tensor
 from backends.device import host_tensors
 from backends.errors import ExecutionError
 from backends.python._config import InstanceSpec, OutputSpec
-from backends.python._frames import unstack_rows
 from backends.python._outputs import check_outputs
+from backends.python._pickling import unstack_rows
 
 _log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Callable
 from backends.errors import BackendError, ExecutionError, ModelLoadError
 from backends.python._config import InstanceSpec
 from backends.python._local import CallAnswer, LocalWorker, ServerAnswer
-from backends.python._process import AskAnswers, WorkerFailure, WorkerProcess, WorkerRefused
+from backends.python._process import AskAnswers, WorkerProcess
+from backends.python._server_channel import WorkerFailure, WorkerRefused
 from backends.python._settings import PythonSettings
 
 _log = logging.getLogger(__name__)

@@ -16,17 +16,15 @@ from backends.python._frames import (
     LEASE_NONE,
     LEASE_TO_BATCH,
     Reader,
-    Ring,
-    Unpickler,
-    WorkerChannel,
     copied,
     encode_message,
     read_frame,
     send_what_fits,
-    stack_rows,
-    unstack_rows,
     write_message,
 )
+from backends.python._pickling import Unpickler, stack_rows, unstack_rows
+from backends.python._ring import Ring
+from backends.python._worker_channel import WorkerChannel
 
 SIZE = 64 + 4096  # a data area of 4 KiB
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from backends.python._config import worker_spec
-from backends.python._frames import unstack_rows
-from backends.python._process import AskAnswers, WorkerFailure, WorkerProcess
+from backends.python._pickling import unstack_rows
+from backends.python._process import AskAnswers, WorkerProcess
+from backends.python._server_channel import WorkerFailure
 from proto import model_config_pb2 as mc
 
 # Y = X; a request whose first value is 1 sleeps 30 s first.
