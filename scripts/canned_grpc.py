@@ -1,7 +1,7 @@
 """The bare grpc.aio ceiling for scripts/bench.py: a server that answers ModelInfer with a canned
 response (no tensor decode, no batching, no model), so what it serves is grpc.aio's own limit.
 
-Usage: python scripts/canned_grpc.py CONFIG_PBTXT [--work-us N] [--idle-poll-us N]
+Usage: python scripts/canned_grpc.py CONFIG_PBTXT [--work-us N] [--idle-poll-us N] [--await-batch]
 
 It serves the one model CONFIG_PBTXT describes on a free 127.0.0.1 port, on uvloop and with the
 message size options Convoy's gRPC server sets, with gRPC's threads behind the event loop's as in
@@ -19,11 +19,15 @@ loop is grpc.aio's own: the floor as the framework gives it. `--idle-poll-us N` 
 N us after each answer (`server.contract.idle_poll`; its handler never awaits, so nothing is in
 flight between answers): the lowest floor at c = 1, for comparing like with like there; at 8
 clients and more it costs the bare server 5-25%, where Convoy's loop does not poll.
+`--await-batch` makes each ModelInfer wait for its answer as a request waits for its batch in
+Convoy: it parks a future and wakes one task, which answers every call waiting when it runs (a
+batcher's loop without its rules, decode or model): what grpc.aio charges a handler that awaits.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import os
 import sys
@@ -53,13 +57,42 @@ def _datatype(data_type: int) -> str:
     return model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
 
 
+class BatchGate:
+    """Holds each call until its task runs, then answers every call waiting: the shape of a
+    batcher's loop (one task woken by an event, one future per request), and nothing else."""
+
+    def __init__(self) -> None:
+        self._waiting: list[asyncio.Future[None]] = []
+        self._wake = asyncio.Event()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            waiting, self._waiting = self._waiting, []
+            for future in waiting:
+                if not future.done():  # a cancelled call's
+                    future.set_result(None)
+
+    async def wait(self) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        self._wake.set()
+        await future
+
+
 class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
     """Answers for one model, every one prebuilt from its config; ModelInfer echoes nothing."""
 
     def __init__(
-        self, config: model_config_pb2.ModelConfig, work_us: int = 0, idle_poll_us: int = 0
+        self,
+        config: model_config_pb2.ModelConfig,
+        work_us: int = 0,
+        idle_poll_us: int = 0,
+        gate: BatchGate | None = None,
     ) -> None:
         self._work_ns = work_us * 1000
+        self._gate = gate
         # Its handler never awaits, so no call is in flight between answers: it polls after each.
         self._idle_poll = IdlePoll(idle_poll_us, lambda: False)
         batch = [-1] if config.max_batch_size > 0 else []
@@ -119,6 +152,8 @@ class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         return self._statistics
 
     async def ModelInfer(self, request: object, context: object) -> bytes:
+        if self._gate is not None:
+            await self._gate.wait()
         if self._work_ns:
             end_ns = time.perf_counter_ns() + self._work_ns
             while time.perf_counter_ns() < end_ns:
@@ -128,8 +163,13 @@ class CannedServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
 
 
 async def serve(
-    config: model_config_pb2.ModelConfig, work_us: int = 0, idle_poll_us: int = 0
+    config: model_config_pb2.ModelConfig,
+    work_us: int = 0,
+    idle_poll_us: int = 0,
+    await_batch: bool = False,
 ) -> None:
+    gate = BatchGate() if await_batch else None
+    gate_task = None if gate is None else asyncio.create_task(gate.run())
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MESSAGE_LIMIT_BYTES),
@@ -137,13 +177,15 @@ async def serve(
         ]
     )
     server.add_generic_rpc_handlers(
-        (inference_handler(CannedServicer(config, work_us, idle_poll_us)),)
+        (inference_handler(CannedServicer(config, work_us, idle_poll_us, gate)),)
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(f"serving gRPC on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     with loop_first(os.environ):  # the floor Convoy is measured against has it too
         await server.wait_for_termination()
+    if gate_task is not None:
+        gate_task.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,11 +201,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="poll the event loop this long after each answer (Convoy's --idle-poll-us is "
         f"{DEFAULT_WINDOW_US} by default); default 0: grpc.aio's plain loop",
     )
+    parser.add_argument(
+        "--await-batch",
+        action="store_true",
+        help="each ModelInfer awaits its answer from one task that answers all waiting calls",
+    )
     args = parser.parse_args(argv)
     config = text_format.Parse(
         args.config.read_text(encoding="utf-8"), model_config_pb2.ModelConfig()
     )
-    uvloop.run(serve(config, args.work_us, args.idle_poll_us))
+    uvloop.run(serve(config, args.work_us, args.idle_poll_us, args.await_batch))
     return 0
 
 

@@ -4,7 +4,9 @@ curve: the bound on the hot-path targets on this machine.
 Usage: python scripts/handler_bench.py [--window-ms 2000] [--work-us 0,10,20,30,40,50,100,200]
 
 The bare grpc.aio server (scripts/canned_grpc.py) runs once for each amount of busy work per
-ModelInfer in --work-us (0: its floor), and Convoy serves scripts/hotpath_bench.py's models;
+ModelInfer in --work-us (0: its floor), and once more with no work but each call awaiting its
+answer from a task that answers all waiting calls (`--await-batch`: what grpc.aio charges a
+handler that waits for its batch, as Convoy's do); Convoy serves scripts/hotpath_bench.py's models;
 perf_analyzer measures unary gRPC (`-b 1 -s 999`) at c = 1 (p50; Convoy on `mlp_off`, mlp
 without batching) and at c = 32 (infer/s; Convoy on `mlp_on`, the seed's batching), the whole
 set twice. Each table gives every server's figure against the bare floor's and the busy work
@@ -42,6 +44,9 @@ from scripts.instructions_bench import serve_requests
 DEFAULT_WORK_US = (0, 10, 20, 30, 40, 50, 100, 200)
 LEVELS = ((1, "mlp_off"), (32, "mlp_on"))  # as scripts/hotpath_bench.py's
 ROUNDS = 2
+CONVOY = "convoy"  # the figures' keys: (c, us of busy work), or (c, one of these)
+AWAITING = "awaiting a batch"
+Key = tuple[int, int | str]
 HOT_REQUESTS = 4000
 
 
@@ -103,11 +108,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = repo / "mlp_on" / "config.pbtxt"
         convoy = [sys.executable, "-m", "server", "serve", "--model-repository", str(repo)]
         convoy += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"]
-        figures: dict[tuple[int, int | None], list[float]] = {}  # (c, work; None: Convoy)
+        figures: dict[Key, list[float]] = {}
         engine: list[tuple[int, int]] = []  # Convoy's requests and engine ns per c = 1 run
         csv_path = scratch / "pa.csv"
 
-        def measure(url: str, model: str, key: tuple[int, int | None]) -> None:
+        def measure(url: str, model: str, key: Key) -> None:
             c = key[0]
             csv_path.unlink(missing_ok=True)
             measured = run_perf_analyzer(url, model, c, args.window_ms, csv_path, "grpc").measured
@@ -118,16 +123,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         with server_process(convoy, scratch / "convoy.log", CONVOY_LINE) as (_, ports):
             grpc_port, http_port = ports
             for _ in range(ROUNDS):
-                for work in works:
+                for work in (*works, AWAITING):
                     bare = [sys.executable, str(REPO_ROOT / "scripts" / "canned_grpc.py")]
-                    bare += [str(config), "--work-us", str(work)]
-                    log = scratch / f"bare-{work}.log"
+                    bare += [str(config)]
+                    bare += ["--await-batch"] if work == AWAITING else ["--work-us", str(work)]
+                    log = scratch / "bare.log"
                     with server_process(bare, log, GRPC_LINE) as (_, (port,)):
                         for c, _ in LEVELS:
                             measure(f"127.0.0.1:{port}", "mlp_on", (c, work))
                 for c, model in LEVELS:
                     before = engine_ns(http_port, model)
-                    measure(f"127.0.0.1:{grpc_port}", model, (c, None))
+                    measure(f"127.0.0.1:{grpc_port}", model, (c, CONVOY))
                     if c == 1:
                         after = engine_ns(http_port, model)
                         engine.append((after[0] - before[0], after[1] - before[1]))
@@ -144,7 +150,7 @@ def _mean(values: Sequence[float]) -> float:
 
 def _print(
     works: Sequence[int],
-    figures: dict[tuple[int, int | None], list[float]],
+    figures: dict[Key, list[float]],
     engine: Sequence[tuple[int, int]],
     warm: dict[str, float],
 ) -> None:
@@ -160,7 +166,8 @@ def _print(
         print(f"| server | {what} per round | mean | against bare |")
         print("| --- | --- | --- | --- |")
         rows = [(f"bare, {w} us of work", figures.get((c, w))) for w in works]
-        rows.append((f"Convoy, {model}", figures.get((c, None))))
+        rows.append((f"bare, {AWAITING}", figures.get((c, AWAITING))))
+        rows.append((f"Convoy, {model}", figures.get((c, CONVOY))))
         for name, values in rows:
             if not values:
                 continue
@@ -168,7 +175,7 @@ def _print(
             mean = _mean(values)
             against = f"{mean - floor_figure:+,.0f} us" if c == 1 else f"{mean / floor_figure:.2f}"
             print(f"| {name} | {rounds} | {mean:,.0f} | {against} |")
-        convoy = figures.get((c, None))
+        convoy = figures.get((c, CONVOY))
         if convoy:
             work = equivalent_work(curve, _mean(convoy))
             said = "beyond the curve" if work is None else f"{work:.0f} us"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import queue
 import re
 import subprocess
 import sys
@@ -80,3 +81,19 @@ def test_work_per_request_holds_each_answer_that_long(tmp_path: Path) -> None:
         started_s = time.monotonic()
         client.infer("mlp_on", [tensor])
         assert time.monotonic() - started_s >= 0.05
+
+
+def test_awaiting_a_batch_answers_every_waiting_call(tmp_path: Path) -> None:
+    tensor = grpcclient.InferInput("INPUT", [1, 256], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 256), dtype=np.float32))
+    with _serving(tmp_path, "--await-batch") as client:
+        answers: queue.Queue[object] = queue.Queue()
+        for _ in range(8):  # in flight together: one wake of the gate may answer several
+            client.async_infer(
+                "mlp_on", [tensor], lambda result, error: answers.put(error or result)
+            )
+        for _ in range(8):
+            answer = answers.get(timeout=30)
+            assert isinstance(answer, grpcclient.InferResult), answer
+            output = answer.as_numpy("OUTPUT")
+            assert output is not None and output.shape == (1, 10)
