@@ -29,9 +29,9 @@ def _load_sibling(module_name: str, file_name: str) -> ModuleType:
 
 def load_utils(shared_dir: str | None = None) -> ModuleType:
     """A fresh copy of Convoy's pb_utils, loaded by path (no Convoy import), installed as
-        `triton_python_backend_utils` for the model.py imported next: each in-process model has its
-        own, so that its `exec` reaches its own instance; `shared_dir` is where its `shared_array`
-    keeps the version's arrays."""
+    `triton_python_backend_utils` for the model.py imported next: each in-process model has its
+    own, so that its `exec` reaches its own instance; `shared_dir` is where its `shared_array`
+    keeps the version's arrays. In the server's process its caller holds the import lock."""
     # A package: an earlier copy's modules go too, so that this copy imports (and holds) its own.
     for name in [name for name in sys.modules if name.startswith(f"{UTILS_MODULE}.")]:
         del sys.modules[name]
