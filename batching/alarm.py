@@ -30,6 +30,9 @@ class Alarm:
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[None] | None = None
+        # The sleeper's, kept from its first sleep: under CPython 3.11 each
+        # `asyncio.get_running_loop()` makes a getpid system call.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._clock: _TimerFd | None = None  # opened at the first sleep with a deadline
         self._armed = False
@@ -44,7 +47,9 @@ class Alarm:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
         due_ns = min((d for d in deadlines_ns if d is not None), default=None)
         if due_ns is not None:

@@ -231,7 +231,7 @@ class Batcher(BatcherBase):
                 self._quiet = None
 
     def _dispatch(self, batch: list[Queued], executor: Executor, waited: bool) -> None:
-        task = asyncio.create_task(self._execute(executor, batch, *self._ordering(), waited))
+        task = self._loop.create_task(self._execute(executor, batch, *self._ordering(), waited))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -55,8 +55,10 @@ class CoreClient:
         self._calls: dict[int, asyncio.Future[Message]] = {}
         self._released: list[int] = []  # output blocks to give back with the next message
         self._stopping = False  # the server stops: requests not sent yet are refused here
-        self._welcome: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Kept: under CPython 3.11 each `asyncio.get_running_loop()` makes a getpid system call.
+        self._loop = asyncio.get_running_loop()
+        self._welcome: asyncio.Future[Message] = self._loop.create_future()
+        self.lost: asyncio.Future[None] = self._loop.create_future()
         self.info = CoreInfo(tracing=False, cuda_shared_memory=False)
         self.on_health: Callable[[bool], object] = lambda serving: None
         self.on_logs: Callable[[dict[str, LogValue]], object] = lambda settings: None
@@ -74,7 +76,7 @@ class CoreClient:
     # --- inference ---
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Message] = self._loop.create_future()
         rid = self._send(request, False, future)
         try:
             message = await future
@@ -148,7 +150,7 @@ class CoreClient:
     def _release_output(self, offset: int) -> None:
         """Give an output block back; one message carries a loop iteration's releases."""
         if not self._released:
-            asyncio.get_running_loop().call_soon(self._send_releases)
+            self._loop.call_soon(self._send_releases)
         self._released.append(offset)
 
     def _send_releases(self) -> None:
@@ -162,7 +164,7 @@ class CoreClient:
         if self.lost.done():
             raise UnavailableError(CORE_GONE)
         cid = next(self._ids)
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Message] = self._loop.create_future()
         self._calls[cid] = future
         self.channel.send((messages.CALL, cid, method, messages.encode_args(method, args)))
         try:

@@ -64,6 +64,7 @@ class Channel(asyncio.Protocol):
         self._on_lost = on_lost
         self._max_frame_bytes = max_frame_bytes
         self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the transport's, once connected
         self._pending: list[bytes] = []  # frames sent since the last flush
         self._flush_scheduled = False
         self._buffer = bytearray()  # the start of a frame not yet complete
@@ -72,6 +73,8 @@ class Channel(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have the methods of asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        # Kept: under CPython 3.11 each `asyncio.get_running_loop()` makes a getpid system call.
+        self._loop = asyncio.get_running_loop()
 
     def send(self, message: Message) -> None:
         """Queue `message` for this loop iteration's write; it is encoded now (`encode`'s
@@ -83,7 +86,8 @@ class Channel(asyncio.Protocol):
         self._pending.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            assert self._loop is not None  # set with the transport
+            self._loop.call_soon(self._flush)
 
     def close(self) -> None:
         """Write what is queued and close; `on_lost(None)` follows."""

@@ -37,9 +37,11 @@ class WorkerLink:
         self._allocator = Allocator(outputs.size_bytes)
         self._on_logs = on_logs
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        self.ready: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
-        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Kept: under CPython 3.11 each `asyncio.get_running_loop()` makes a getpid system call.
+        self._loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[tuple[int, int]] = self._loop.create_future()
+        self.stopped: asyncio.Future[None] = self._loop.create_future()
+        self.lost: asyncio.Future[None] = self._loop.create_future()
         self.channel = Channel(self._on_message, self._on_lost)
 
     def send(self, message: Message) -> None:
@@ -57,7 +59,7 @@ class WorkerLink:
         if kind == messages.INFER:
             rid, stream, request = messages.decode_infer(message, self._inputs)
             serve = self._serve_stream(rid, request) if stream else self._serve(rid, request)
-            self._tasks[rid] = asyncio.get_running_loop().create_task(serve)
+            self._tasks[rid] = self._loop.create_task(serve)
         elif kind == messages.RELEASE:
             for offset in message[1]:
                 self._allocator.release(offset)
@@ -66,7 +68,7 @@ class WorkerLink:
             if task is not None:
                 task.cancel()
         elif kind == messages.CALL:
-            asyncio.get_running_loop().create_task(self._call(*message[1:]))
+            self._loop.create_task(self._call(*message[1:]))
         elif kind == messages.READY and not self.ready.done():
             self.ready.set_result((message[1], message[2]))
         elif kind == messages.STOPPED and not self.stopped.done():

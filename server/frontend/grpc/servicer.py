@@ -165,7 +165,10 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
                 await context.abort(status_for(exc), str(exc))
         if self._draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, SERVER_STOPPING)
-        answers = Outbox()
+        # Looked up once: under CPython 3.11 each `asyncio.get_running_loop()` (and each
+        # `asyncio.create_task`) makes a getpid system call, here once per request.
+        loop = asyncio.get_running_loop()
+        answers = Outbox(loop)
         running: set[asyncio.Task[None]] = set()
         # A balancer's ask, read once as the stream opens: each response then carries the load.
         form = metadata_format(context.invocation_metadata())
@@ -192,7 +195,7 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         async def read() -> None:
             try:
                 async for request in request_iterator:
-                    task = asyncio.create_task(answer(request))
+                    task = loop.create_task(answer(request))
                     running.add(task)
                     task.add_done_callback(running.discard)
             except asyncio.CancelledError:
@@ -203,7 +206,7 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
             await asyncio.gather(*running)
 
         self.calls += 1
-        reader = asyncio.create_task(read())
+        reader = loop.create_task(read())
         self._readers.add(reader)
         # The stream ends once the reader has (a drain may cancel it before it ever ran).
         reader.add_done_callback(lambda _: answers.put(None))

@@ -55,6 +55,7 @@ class HttpServer:
         self.connections: set[Connection] = set()  # open now
         self._answering: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by `start`
         self._sweeper: asyncio.Task[None] | None = None
         self.closing = False
         self._date = ("", 0.0)  # the Date header's value, and when it was made
@@ -62,7 +63,8 @@ class HttpServer:
     async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
         """Listen on host:port (0 picks a free port); returns the port bound. With `reuse_port`,
         other processes may serve the same port (SO_REUSEPORT)."""
-        loop = asyncio.get_running_loop()
+        # Kept: under CPython 3.11 each `asyncio.get_running_loop()` makes a getpid system call.
+        self._loop = loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), host, port, reuse_port=reuse_port or None, backlog=1024
         )
@@ -102,7 +104,8 @@ class HttpServer:
         return value
 
     def answer(self, connection: Connection, parsed: Parsed) -> None:
-        task = asyncio.get_running_loop().create_task(connection.answer(parsed))
+        assert self._loop is not None  # connections come only once started
+        task = self._loop.create_task(connection.answer(parsed))
         self._answering.add(task)
         task.add_done_callback(self._answering.discard)
 
