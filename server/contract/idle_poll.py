@@ -54,27 +54,33 @@ class IdlePoll:
         self._window_ns = window_us * 1000
         self._busy = busy
         self._until_ns = 0
-        self._loop: asyncio.AbstractEventLoop | None = None  # while polling
+        # Kept from the first poll: under CPython 3.11 each `asyncio.get_running_loop()` makes a
+        # getpid system call, and at c = 1 a poll starts after every answer.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._polling = False
 
     @property
     def polling(self) -> bool:
-        return self._loop is not None
+        return self._polling
 
     def idle(self) -> None:
         """Nothing is in flight now: poll for the window from now on."""
         if not self._window_ns:
             return
         self._until_ns = time.monotonic_ns() + self._window_ns
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+        if not self._polling:
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._polling = True
             self._loop.call_soon(self._poll)
 
     def _poll(self) -> None:
         # A ready callback makes the loop's next wait for I/O a poll that returns at once; each
         # turn first yields the CPU to any thread waiting for it there (a busy machine's own
         # work goes first: pinned to one core, gRPC's threads waited behind the poll without it).
-        if self._loop is not None and not self._busy() and time.monotonic_ns() < self._until_ns:
+        if not self._busy() and time.monotonic_ns() < self._until_ns:
             os.sched_yield()
+            assert self._loop is not None  # set by `idle` before the first turn
             self._loop.call_soon(self._poll)
         else:
-            self._loop = None
+            self._polling = False
