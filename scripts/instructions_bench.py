@@ -3,9 +3,9 @@ shared machine move by 10-20% from run to run.
 
 Usage: python scripts/instructions_bench.py [--requests 4096] [--by-library]
 
-In one process, without sockets, each request is what grpc.aio hands the server: its bytes
-parsed (`ModelInferRequest.FromString`), then the real `InferenceServicer.ModelInfer` (decode,
-the core: engine, batcher, instance, ONNX Runtime, statistics; encode). Two cases, as
+In one process, without sockets, each request is what grpc.aio hands the server: its bytes,
+for the real `InferenceServicer.ModelInfer` (parse, decode, the core: engine, batcher, instance,
+ONNX Runtime, statistics; encode). Two cases, as
 scripts/hotpath_bench.py's: mlp without batching at c = 1 and mlp with the seed's batching
 (preferred 8 and 16, 2 ms) at c = 32, each session on one intra-op thread so that ONNX
 Runtime's spinning pool does not count. valgrind's callgrind counts the instructions of the
@@ -99,7 +99,7 @@ async def serve_requests(repo: Path, model: str, requests: int, concurrency: int
 
     async def caller(count: int) -> None:
         for _ in range(count):
-            answers.append(await servicer.ModelInfer(pb.ModelInferRequest.FromString(data), call))
+            answers.append(await servicer.ModelInfer(data, call))
 
     await asyncio.gather(*(caller(WARM_UP) for _ in range(concurrency)))
     # What start-up made stays out of the collector's full passes: one more or fewer of them

@@ -23,6 +23,7 @@ from server.contract.settings import FrontEndSettings, GrpcTls
 from server.frontend.grpc import (
     GenericOnly,
     InferenceServicer,
+    SerializedInfer,
     close_connections,
     inference_handler,
     stop_listening,
@@ -52,8 +53,13 @@ class FrontEnd:
     """Serves gRPC (and HTTP, if allowed) for one process; the ports bound are known once
     `start` returns."""
 
-    def __init__(self, core: Core, settings: FrontEndSettings) -> None:
+    def __init__(
+        self, core: Core, settings: FrontEndSettings, forward: SerializedInfer | None = None
+    ) -> None:
+        """`forward`: where unary ModelInfer calls go as their bytes (a front-end worker's
+        core; see server.frontend.grpc.forward); None: every call is decoded here."""
         self._core = core
+        self._forward = forward
         self._settings = settings
         self.grpc_port = settings.grpc_port
         self.http_port = settings.http_port
@@ -179,6 +185,7 @@ class FrontEnd:
             name=settings.server_name,
             forward_pattern=settings.grpc_forward_pattern,
             share_header=settings.fair_share_header,
+            forward=self._forward,
         )
         self._servicer = servicer
         # Generic handlers only: grpc.aio then waits on one future per accepted call, not

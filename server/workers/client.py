@@ -24,6 +24,7 @@ from server.contract.errors import (
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferInput, InferRequest
 from server.contract.responses import InferResponse
+from server.frontend.grpc import SerializedAnswer
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
@@ -77,7 +78,30 @@ class CoreClient:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         future: asyncio.Future[Message] = self._loop.create_future()
-        rid = self._send(request, False, future)
+        message = await self._answer(self._send(request, False, future), future)
+        response = messages.decode_answer(message, self._outputs, self._release_output)
+        assert response is not None  # a unary answer always has outputs
+        return response
+
+    async def infer_serialized(
+        self, data: bytes, deadline_ns: int, load_report: bool
+    ) -> SerializedAnswer:
+        """A unary ModelInfer as its client sent it, decoded and answered by the core
+        (`server.frontend.grpc.forward`)."""
+        future: asyncio.Future[Message] = self._loop.create_future()
+        rid, pending = self._pending_request(future)
+        placement = messages.place_bytes(data, self._inputs, self._allocator)
+        if placement[0] == messages.ARENA:
+            pending.inputs.append(placement[1])
+        self._pending[rid] = pending
+        self.channel.send(
+            messages.encode_infer_serialized(rid, deadline_ns, load_report, placement)
+        )
+        message = await self._answer(rid, future)
+        return messages.decode_serialized(message, self._outputs, self._release_output)
+
+    async def _answer(self, rid: int, future: asyncio.Future[Message]) -> Message:
+        """Request `rid`'s one answer; its error raised, the core told if the caller leaves."""
         try:
             message = await future
         except asyncio.CancelledError:
@@ -85,9 +109,7 @@ class CoreClient:
             raise
         if message[0] == messages.FAILED:
             raise messages.failed_error(message)
-        response = messages.decode_answer(message, self._outputs, self._release_output)
-        assert response is not None  # a unary answer always has outputs
-        return response
+        return message
 
     async def infer_streamed(
         self, request: InferRequest
@@ -125,16 +147,22 @@ class CoreClient:
         stream: bool,
         answers: asyncio.Queue[Message] | asyncio.Future[Message],
     ) -> int:
-        if self.lost.done():
-            raise UnavailableError(CORE_GONE)
-        if self._stopping:
-            raise ServerStoppingError(SERVER_STOPPING)
-        rid = next(self._ids)
-        pending = _Pending(answers)
+        rid, pending = self._pending_request(answers)
         placements = [self._place(tensor, pending) for tensor in request.inputs]
         self._pending[rid] = pending
         self.channel.send(messages.encode_infer(rid, stream, request, placements))
         return rid
+
+    def _pending_request(
+        self, answers: asyncio.Queue[Message] | asyncio.Future[Message]
+    ) -> tuple[int, _Pending]:
+        """A new request's id and its entry (kept once its message is made), where its answers
+        go; refused when the core is gone or the server stops."""
+        if self.lost.done():
+            raise UnavailableError(CORE_GONE)
+        if self._stopping:
+            raise ServerStoppingError(SERVER_STOPPING)
+        return next(self._ids), _Pending(answers)
 
     def _place(self, tensor: InferInput, pending: _Pending) -> messages.Placement:
         """Where one input's bytes go: its shared memory region, or the input arena (freed when
@@ -242,7 +270,12 @@ class CoreClient:
 
     def _on_message(self, message: Message) -> None:
         kind = message[0]
-        if kind == messages.ANSWER or kind == messages.FAILED or kind == messages.DONE:
+        if (
+            kind == messages.SERIALIZED
+            or kind == messages.ANSWER
+            or kind == messages.FAILED
+            or kind == messages.DONE
+        ):
             rid = message[1]
             pending = self._pending.get(rid)
             if pending is None:
@@ -251,8 +284,10 @@ class CoreClient:
                 del self._pending[rid]
                 for offset in pending.inputs:
                     self._allocator.release(offset)
-            if pending.abandoned:
-                if kind == messages.ANSWER:
+            if pending.abandoned:  # its output blocks go back
+                if kind == messages.SERIALIZED:
+                    messages.decode_serialized(message, self._outputs, self._release_output)
+                elif kind == messages.ANSWER:
                     messages.decode_answer(message, self._outputs, self._release_output)
                 return
             answers = pending.answers

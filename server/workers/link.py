@@ -12,6 +12,7 @@ from typing import Any
 from server.contract.core import Core
 from server.contract.errors import InternalError, ServerError, UnavailableError
 from server.contract.responses import InferResponse
+from server.frontend.grpc import serve_serialized
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
@@ -56,7 +57,10 @@ class WorkerLink:
 
     def _on_message(self, message: Message) -> None:
         kind = message[0]
-        if kind == messages.INFER:
+        if kind == messages.INFER_SERIALIZED:
+            rid = message[1]
+            self._tasks[rid] = self._loop.create_task(self._serve_serialized(rid, message))
+        elif kind == messages.INFER:
             rid, stream, request = messages.decode_infer(message, self._inputs)
             serve = self._serve_stream(rid, request) if stream else self._serve(rid, request)
             self._tasks[rid] = self._loop.create_task(serve)
@@ -87,7 +91,19 @@ class WorkerLink:
             response = await self._core.infer(request)
             self.send(messages.encode_answer(rid, True, response, self._place(response)))
         except BaseException as exc:
-            self._fail(rid, request, exc)
+            self._fail(rid, exc, request)
+        finally:
+            del self._tasks[rid]
+
+    async def _serve_serialized(self, rid: int, message: Message) -> None:
+        _, _, deadline_ns, load_report = message[:4]
+        try:
+            data = messages.placed_bytes(message[4:], self._inputs)
+            answer = await serve_serialized(self._core, data, deadline_ns, load_report)
+            placement = messages.place_bytes(answer.data, self._outputs, self._allocator)
+            self.send(messages.encode_serialized(rid, answer, placement))
+        except BaseException as exc:
+            self._fail(rid, exc)
         finally:
             del self._tasks[rid]
 
@@ -107,19 +123,25 @@ class WorkerLink:
             if not final:
                 self.send((messages.DONE, rid))
         except BaseException as exc:
-            self._fail(rid, request, exc)
+            self._fail(rid, exc, request)
         finally:
             del self._tasks[rid]
 
-    def _fail(self, rid: int, request: Any, exc: BaseException) -> None:
-        """Request `rid` failed as a whole: its worker gets the error (and frees its inputs).
-        A cancellation is the worker's own (its client left) or the core's shutdown."""
+    def _fail(self, rid: int, exc: BaseException, request: Any = None) -> None:
+        """Request `rid` (`request`, when it was decoded here) failed as a whole: its worker gets
+        the error (and frees its inputs). A cancellation is the worker's own (its client left)
+        or the core's shutdown."""
         if isinstance(exc, ServerError):
             error: ServerError = exc
         elif isinstance(exc, asyncio.CancelledError):
             error = UnavailableError(CANCELLED)
         elif isinstance(exc, Exception):
-            _log.exception("request '%s' for model '%s' failed", request.request_id, request.model)
+            if request is None:  # a serialized one
+                _log.exception("a request passed on by a front-end worker failed")
+            else:
+                _log.exception(
+                    "request '%s' for model '%s' failed", request.request_id, request.model
+                )
             error = InternalError(f"internal error: {exc}")
         else:  # KeyboardInterrupt, SystemExit: not the request's to report
             raise exc

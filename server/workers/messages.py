@@ -5,6 +5,9 @@ worker writes inputs into its input arena, the core writes outputs into the work
 arena. Each side allocates only in the arena it writes, and frees a block when the other side
 says it is done with it.
 
+A unary gRPC call travels as its serialized request and answer instead (INFER_SERIALIZED and
+SERIALIZED, placed as a tensor's bytes are; server.frontend.grpc.forward).
+
 Tensor placements: `(ARENA, offset, nbytes)`, `(INLINE, bytes)` (tensors of up to
 `INLINE_MAX_BYTES`, BYTES tensors, and any tensor when an arena is full), `(SHARED, location)` (an
 input in a registered shared memory region, or an output the core wrote there: `(SHARED, None)`).
@@ -33,6 +36,7 @@ from server.contract.requests import (
     SequenceFlags,
 )
 from server.contract.responses import InferOutput, InferResponse
+from server.frontend.grpc import SerializedAnswer
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Message
 
@@ -40,6 +44,10 @@ from server.workers.frames import Message
 INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, timeout_us,
 #                   deadline_ns, share, parameters, sequence, carrier, output_locations,
 #                   classification, received, inputs, load_report)
+# (INFER_SERIALIZED, rid, deadline_ns, load_report, kind, where, ...): a unary ModelInfer as
+# its client sent it (server.frontend.grpc.forward), placed as a tensor is; one message per
+# request, its answer SERIALIZED (or FAILED)
+INFER_SERIALIZED = "infer serialized"
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -53,6 +61,8 @@ ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, parame
 FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band, retry_after_ms):
 #                    in_band, one response of a stream failed; else the request failed as a
 #                    whole (and final is True); retry_after_ms, an UnavailableError's or None
+# (SERIALIZED, rid, final, load | None, kind, where, ...): an INFER_SERIALIZED's answer, placed
+SERIALIZED = "serialized"
 DONE = "done"  # (DONE, rid): a stream ended without a final response
 RESULT = "result"  # (RESULT, cid, value)
 REFUSED = "refused"  # (REFUSED, cid, error class, message)
@@ -234,6 +244,29 @@ def _decode_output(tensor: tuple[Any, ...], outputs: Arena, release: Released) -
     return InferOutput(spec, shape, None)
 
 
+def encode_infer_serialized(
+    rid: int, deadline_ns: int, load_report: bool, placement: Placement
+) -> Message:
+    return (INFER_SERIALIZED, rid, deadline_ns, load_report, *placement)
+
+
+def encode_serialized(rid: int, answer: SerializedAnswer, placement: Placement) -> Message:
+    """An INFER_SERIALIZED's answer, its bytes placed by the core (`place_bytes`)."""
+    load = None if (r := answer.load) is None else (r.queue_length, r.in_flight, r.load_ratio)
+    return (SERIALIZED, rid, True, load, *placement)
+
+
+def decode_serialized(message: Message, outputs: Arena, release: Released) -> SerializedAnswer:
+    """A SERIALIZED answer, copied out of `outputs`, whose block is then released."""
+    _, _, _, load, kind, where = message[:6]
+    if kind == ARENA:
+        data = bytes(outputs.view(where, message[6]))
+        release(where)
+    else:
+        data = where
+    return SerializedAnswer(data, None if load is None else LoadReport(*load))
+
+
 def encode_failed(
     rid: int, error: ServerError, final: bool = True, in_band: bool = False
 ) -> Message:
@@ -327,6 +360,24 @@ def _decode_io(value: tuple[Any, ...]) -> ModelIO:
         }
 
     return ModelIO(model, max_batch_size, specs(inputs), specs(outputs))
+
+
+def place_bytes(data: bytes, arena: Arena, allocator: Allocator) -> Placement:
+    """Where a serialized message goes, as `place` puts a tensor: into the arena where it is
+    larger than `INLINE_MAX_BYTES` and there is room; else inline."""
+    nbytes = len(data)
+    if nbytes > INLINE_MAX_BYTES:
+        offset = allocator.allocate(nbytes)
+        if offset is not None:
+            arena.write(offset, data)
+            return (ARENA, offset, nbytes)
+    return (INLINE, data)
+
+
+def placed_bytes(placement: Sequence[Any], arena: Arena) -> bytes | memoryview:
+    """The bytes `place_bytes` placed, as a view of `arena` (no copy) or inline."""
+    kind, where = placement[:2]
+    return arena.view(where, placement[2]) if kind == ARENA else where
 
 
 def place(array: Any, datatype: DataType, arena: Arena, allocator: Allocator) -> Placement:

@@ -70,7 +70,7 @@ async def _serve(args: argparse.Namespace) -> int:
     logs = LogControl(LogState())
     logs.update(welcome[5])  # the core's settings, as a LOGS message carries them
     client.on_logs = logs.update
-    front_end = FrontEnd(client, settings)
+    front_end = FrontEnd(client, settings, forward=client)
     await front_end.start()
     await front_end.set_health(welcome[4])
     client.on_health = lambda serving: loop.create_task(front_end.set_health(serving))

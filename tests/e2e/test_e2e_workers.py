@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -33,7 +34,10 @@ from e2e_support import (
     shm_inputs,
     simple_inputs,
 )
+from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
+
+from scripts import models
 
 WORKERS = ("--frontend-workers", "2")
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
@@ -333,3 +337,49 @@ def test_a_second_server_never_shares_a_port_it_finds_taken(
     client = grpcclient.InferenceServerClient(server.url)
     inputs, a, b = simple_inputs(1)
     np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), a + b)
+
+
+@pytest.fixture(params=["in process", "one worker"])
+def wide(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConvoyServer]:
+    """A server of `wide`, an FP32 identity of up to 32,768 rows of 16 bytes, in process or
+    behind one worker."""
+    repo = tmp_path / "models"
+    config = models.identity_config("wide", TensorProto.FLOAT, max_batch_size=1 << 15)
+    models.write_model(repo, "wide", models.identity(TensorProto.FLOAT), config)
+    flags = ("--frontend-workers", "1") if request.param == "one worker" else ()
+    started = ConvoyServer(repo, tmp_path / "server.log", *flags)
+    try:
+        yield started.start()
+    finally:
+        started.kill()
+
+
+def test_unary_calls_of_any_size_answer_alike_in_process_and_through_a_worker(
+    wide: ConvoyServer,
+) -> None:
+    """A worker passes a unary call on to the core as the bytes its client sent (small ones in
+    its message, large ones through the arenas); the answers, errors and statistics are the
+    core's, whichever way the call came."""
+    with contextlib.closing(grpcclient.InferenceServerClient(wide.url)) as client:
+        for rows in (1, 2048, 16384):  # 16 bytes, 32 KiB, 256 KiB each way
+            array = np.arange(4 * rows, dtype=np.float32).reshape(rows, 4)
+            tensor = grpcclient.InferInput("INPUT0", list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            result = client.infer("wide", [tensor], request_id=f"w{rows}")
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), array)
+            assert result.get_response().id == f"w{rows}"
+        wrong = grpcclient.InferInput("INPUT0", [1, 4], "INT32")
+        wrong.set_data_from_numpy(np.zeros((1, 4), np.int32))
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("wide", [wrong])
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "INT32" in str(refused.value) and "FP32" in str(refused.value)
+        stats = client.get_inference_statistics("wide").model_stats[0]
+        # A request refused before it reaches the model is no failure of the model's, in Triton.
+        assert (stats.inference_stats.success.count, stats.inference_stats.fail.count) == (3, 0)
+    with grpc.insecure_channel(wide.url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as garbage:
+            call(b"\xff\xff not a request", timeout=10)
+    assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a serialized inference.ModelInferRequest" in str(garbage.value.details())

@@ -12,130 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 import pytest
-import pytest_asyncio
 import tritonclient.utils.shared_memory as shm
-from onnx import TensorProto
 
-from scripts import gen_models, models
 from server.contract.core import Core
 from server.contract.errors import ServerError, ServerStoppingError, UnavailableError
-from server.contract.logs import LogControl, LogState
 from server.contract.requests import InferInput, InferOptions, InferRequest, SequenceFlags
 from server.contract.responses import InferResponse
-from server.core.engine import Engine
 from server.core.local import LocalCore
-from server.core.repository import Repository
-from server.core.shared_memory import SharedMemory, SharedMemoryRegistry
-from server.workers import CoreClient, WorkerLink, messages
-from server.workers.arena import Arena
+from server.workers import messages
 from server.workers.client import CORE_GONE
+from tests.server.boundary import ARENA_BYTES, SLOW_S, Boundary, connect, disconnect
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-ARENA_BYTES = 1 << 20  # small, so that a large tensor finds it full and travels inline
-SLOW_S = 0.4
-SLOW = f"""
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep({SLOW_S})
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
-
-
-def _repository(repo: Path) -> Path:
-    gen_models.write_simple(repo)
-    gen_models.write_identity_bytes(repo)
-    gen_models.write_accumulate(repo)
-    models.write_model(
-        repo,
-        "identity_fp32",
-        models.identity(TensorProto.FLOAT),
-        models.identity_config("identity_fp32", TensorProto.FLOAT, max_batch_size=1 << 17),
-    )
-    models.write_repeat_model(repo)
-    # One instance, batches of one: a second request waits in the queue behind the first.
-    models.write_python_model(
-        repo,
-        "slow",
-        SLOW,
-        'name: "slow"\nbackend: "python"\nmax_batch_size: 1\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n",
-    )
-    return repo
-
-
-@dataclass
-class Boundary:
-    """The core in process, a client of it through the boundary, and the core's side of it."""
-
-    core: LocalCore
-    client: CoreClient
-    link: WorkerLink
-    logs_broadcast: list[dict[str, Any]] = field(default_factory=list)
-
-
-async def _connect(core: LocalCore, arena_bytes: int, boundary_logs: list[Any]) -> Boundary:
-    """A link and a client on the two ends of a socket pair, with two arenas, as `WorkerPool`
-    and a worker process set them up (the client attaches the arenas by descriptor)."""
-    loop = asyncio.get_running_loop()
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    inputs, outputs = Arena.create(arena_bytes), Arena.create(arena_bytes)
-    link = WorkerLink(core, inputs, outputs, boundary_logs.append)
-    # A worker inherits the arenas' descriptors; here each side owns a duplicate of them.
-    client = CoreClient(
-        Arena.attach(os.dup(inputs.fd), arena_bytes), Arena.attach(os.dup(outputs.fd), arena_bytes)
-    )
-    for sock in (ours, theirs):
-        sock.setblocking(False)
-    await loop.connect_accepted_socket(lambda: link.channel, ours)
-    await loop.create_unix_connection(lambda: client.channel, sock=theirs)
-    info = core.info
-    link.send((messages.WELCOME, {}, info.tracing, info.cuda_shared_memory, True, {}))
-    await client.welcome()
-    client.ready(0, 0)
-    await link.ready
-    return Boundary(core, client, link, boundary_logs)
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCore]:
-    repository = Repository((_repository(tmp_path_factory.mktemp("models")),), 4)
-    engine = Engine(repository, strict_readiness=False)
-    await repository.load_many()
-    core = LocalCore(
-        engine, SharedMemory(SharedMemoryRegistry()), LogControl(LogState()), client_shm=True
-    )
-    yield core
-    await repository.unload_all(timeout_s=5.0)
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def boundary(served: LocalCore) -> AsyncIterator[Boundary]:
-    connected = await _connect(served, ARENA_BYTES, [])
-    yield connected
-    connected.client.channel.close()
-    await connected.link.lost
-    connected.link.close()
 
 
 async def _outcome(call: Awaitable[Any]) -> Any:
@@ -438,7 +331,7 @@ async def test_health_reaches_the_worker(boundary: Boundary) -> None:
 async def test_a_stopping_server_serves_what_was_sent_and_refuses_the_rest(
     served: LocalCore,
 ) -> None:
-    boundary = await _connect(served, ARENA_BYTES, [])
+    boundary = await connect(served, ARENA_BYTES, [])
     try:
         sent = asyncio.create_task(boundary.client.infer(_simple(5)))
         await asyncio.sleep(0)  # the request is on its way to the core
@@ -448,15 +341,13 @@ async def test_a_stopping_server_serves_what_was_sent_and_refuses_the_rest(
         with pytest.raises(ServerStoppingError):
             await boundary.client.infer(_simple(6))
     finally:
-        boundary.client.channel.close()
-        await boundary.link.lost
-        boundary.link.close()
+        await disconnect(boundary)
 
 
 async def test_a_lost_core_fails_what_is_in_flight_and_refuses_the_rest(
     served: LocalCore,
 ) -> None:
-    boundary = await _connect(served, ARENA_BYTES, [])
+    boundary = await connect(served, ARENA_BYTES, [])
     waiting = asyncio.create_task(
         boundary.client.infer(_request("slow", "X", "FP32", np.array([[3.0]], np.float32)))
     )

@@ -6,9 +6,11 @@ import numpy as np
 
 from server.contract.datatypes import BY_WIRE, encode_raw
 from server.contract.errors import InvalidInputError, UnavailableError
+from server.contract.load import LoadReport
 from server.contract.model_io import TensorSpec
 from server.contract.requests import InferInput, InferOptions, InferRequest, Received
 from server.contract.responses import InferOutput, InferResponse
+from server.frontend.grpc import SerializedAnswer
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 
@@ -151,3 +153,42 @@ def test_small_tensors_travel_inline_and_large_ones_in_the_arena_while_it_has_ro
         assert messages.place(words, BY_WIRE["BYTES"], arena, allocator)[0] == messages.INLINE
         allocator.allocate(allocator.size_bytes - 2 * messages.INLINE_MAX_BYTES - 64)  # nearly full
         assert messages.place(large, floats, arena, allocator) == (messages.INLINE, large.tobytes())
+
+
+def test_a_serialized_request_travels_inline_or_in_the_arena_and_reads_back_the_same() -> None:
+    small, large = b"s" * messages.INLINE_MAX_BYTES, b"L" * (messages.INLINE_MAX_BYTES + 1)
+    size = 4 * messages.INLINE_MAX_BYTES
+    with Arena.create(size) as arena:
+        allocator = Allocator(size)
+        inline = messages.place_bytes(small, arena, allocator)
+        assert inline == (messages.INLINE, small)
+        placed = messages.place_bytes(large, arena, allocator)
+        assert placed[0] == messages.ARENA and allocator.used_bytes >= len(large)
+        message = messages.encode_infer_serialized(5, 123, True, placed)
+        assert message[:4] == (messages.INFER_SERIALIZED, 5, 123, True)
+        view = messages.placed_bytes(message[4:], arena)
+        assert isinstance(view, memoryview) and bytes(view) == large  # read in place
+        assert messages.placed_bytes(inline, arena) == small
+        allocator.allocate(allocator.free_bytes - 64)  # nearly full: large ones go inline
+        assert messages.place_bytes(large, arena, allocator) == (messages.INLINE, large)
+
+
+def test_a_serialized_answer_keeps_its_load_and_gives_its_arena_block_back() -> None:
+    data = b"answer" * messages.INLINE_MAX_BYTES
+    size = 2 * len(data)
+    released: list[int] = []
+    with Arena.create(size) as arena:
+        allocator = Allocator(size)
+        placed = messages.place_bytes(data, arena, allocator)
+        loaded = SerializedAnswer(data, LoadReport(3, 5, 0.25))
+        message = messages.encode_serialized(8, loaded, placed)
+        assert message[:3] == (messages.SERIALIZED, 8, True)  # always final
+        answer = messages.decode_serialized(message, arena, released.append)
+        assert answer == loaded and isinstance(answer.data, bytes)  # copied out
+        assert released == [placed[1]]
+        small = SerializedAnswer(b"tiny")
+        inline = messages.encode_serialized(
+            9, small, messages.place_bytes(b"tiny", arena, allocator)
+        )
+        assert messages.decode_serialized(inline, arena, released.append) == small
+        assert released == [placed[1]]  # nothing more to give back

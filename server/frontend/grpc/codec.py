@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, MutableMapping, Sequence
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -21,7 +23,9 @@ from server.contract.errors import (
 from server.contract.requests import (
     InferInput,
     InferOptions,
+    InferRequest,
     Location,
+    Received,
     SequenceFlags,
     model_parameters,
 )
@@ -44,6 +48,41 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
+
+
+def decode_request(
+    request: pb.ModelInferRequest,
+    deadline_ns: int = 0,
+    *,
+    load_report: bool = False,
+    adjust: Callable[[InferOptions], InferOptions] | None = None,
+    carrier: Mapping[str, str] | None = None,
+    traced_since_ns: int | None = None,
+) -> InferRequest:
+    """The engine's request: tensors decoded, parameters parsed. `deadline_ns`: when its
+    client stops waiting (0: never); `load_report`: the response is to carry the model's load;
+    `adjust`: a change to its options (the headers forwarded to the model); `carrier`: its
+    trace headers; `traced_since_ns`: when its decoding began, for its trace (None: untraced)."""
+    inputs = decode_inputs(request)
+    outputs, locations, classes = decode_outputs(request)
+    options = infer_options(request)
+    if adjust is not None:
+        options = adjust(options)
+    if deadline_ns:  # never executed after it
+        options = msgspec.structs.replace(options, deadline_ns=deadline_ns)
+    return InferRequest(
+        request.model_name,
+        request.model_version,
+        inputs,
+        outputs,
+        options,
+        request.id,
+        carrier,
+        locations,
+        classes,
+        None if traced_since_ns is None else Received("GRPC", traced_since_ns, time.monotonic_ns()),
+        load_report=load_report,
+    )
 
 
 def decode_inputs(request: pb.ModelInferRequest) -> list[InferInput]:

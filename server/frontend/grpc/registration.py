@@ -11,7 +11,7 @@ both pay the same floor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 from google.protobuf import message_factory
@@ -40,12 +40,17 @@ class GenericOnly:
 
 def inference_handler(servicer: object) -> grpc.GenericRpcHandler:
     """Triton's inference service as one generic handler over `servicer`'s methods, one per
-    method of the service's descriptor. An answer may come already serialized (bytes: the
-    unary ModelInfer's, built without a message) and is then sent as it is."""
+    method of the service's descriptor. The unary ModelInfer gets its request as the bytes the
+    client sent (the servicer parses them, or a front-end worker passes them on to the core),
+    and its answer comes already serialized; any answer that does is sent as it is."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in _SERVICE.methods:
         behaviour = getattr(servicer, method.name)
-        parse = message_factory.GetMessageClass(method.input_type).FromString
+        parse: Callable[[bytes], Message] | None = message_factory.GetMessageClass(
+            method.input_type
+        ).FromString
+        if method.name == "ModelInfer":
+            parse = None  # grpc hands the handler the request's bytes as they came
         if method.client_streaming != method.server_streaming:  # none in Triton's service
             raise TypeError(f"{method.full_name}: half-streaming methods are not served")
         kind = (

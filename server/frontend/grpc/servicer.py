@@ -5,28 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
-import msgspec
 
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
 from server.contract.core import Core
 from server.contract.errors import SERVER_STOPPING, RestrictedError, ServerError
-from server.contract.requests import InferRequest, Received
+from server.contract.requests import InferOptions, InferRequest
 from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.admin import AdminRpcs
-from server.frontend.grpc.codec import (
-    decode_inputs,
-    decode_outputs,
-    encode_response_bytes,
-    infer_options,
-)
+from server.frontend.grpc.codec import decode_request, encode_response_bytes
 from server.frontend.grpc.edge import edge
+from server.frontend.grpc.forward import SerializedInfer, parse_request
 from server.frontend.grpc.status import status_for
 from server.frontend.grpc.stream import Outbox, stream_error, stream_message
 from server.frontend.orca import metadata_format, report_headers
@@ -38,6 +33,15 @@ _log = logging.getLogger(__name__)
 # counted) as expired rather than cancelled by gRPC at the same instant; an answer that late
 # could not reach the client in time anyway.
 _DEADLINE_MARGIN_NS = 1_000_000
+
+
+def deadline_ns(context: grpc.aio.ServicerContext) -> int:
+    """When the queue drops the call's request (`time.monotonic_ns()`): its client's deadline,
+    less the margin; 0: the client set none."""
+    remaining_s = context.time_remaining()
+    if remaining_s is None:
+        return 0
+    return time.monotonic_ns() + int(remaining_s * 1e9) - _DEADLINE_MARGIN_NS
 
 
 def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -63,8 +67,11 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         name: str = "convoy",
         forward_pattern: str | None = None,
         share_header: str | None = None,
+        forward: SerializedInfer | None = None,
     ) -> None:
         self._core = core
+        # A front-end worker's way to pass unary ModelInfer calls on as their bytes.
+        self._forward = forward
         self._name = name  # what server metadata reports (Triton's --id)
         self._version = version
         self._forwarding = HeaderForwarding(forward_pattern, share_header)
@@ -114,45 +121,42 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         )
 
     @edge
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> bytes:
-        """The answer comes serialized (`encode_response_bytes`); the service's handler
-        (`inference_handler`) sends bytes as they are."""
+    async def ModelInfer(self, request: bytes, context: Any) -> bytes:
+        """The request comes as its client sent it, and the answer goes serialized
+        (`encode_response_bytes`; `inference_handler` registers both so). Where the servicer
+        passes calls on (`forward`), the bytes go to the core as they are, unless the call's
+        metadata must reach the request (tracing, forwarded headers)."""
         form = metadata_format(context.invocation_metadata())  # a balancer's load report
-        response = await self._core.infer(self._decoded(request, context, form is not None))
+        forward = self._forward
+        if forward is not None and not self._core.info.tracing and not self._forwarding.active:
+            answer = await forward.infer_serialized(request, deadline_ns(context), form is not None)
+            if trailers := report_headers(answer.load, form):
+                context.set_trailing_metadata(trailers)
+            return answer.data
+        parsed = parse_request(request)
+        response = await self._core.infer(self._decoded(parsed, context, form is not None))
         if trailers := report_headers(response.load, form):
             context.set_trailing_metadata(trailers)
-        return encode_response_bytes(response, request.id)
+        return encode_response_bytes(response, parsed.id)
 
     def _decoded(
         self, request: pb.ModelInferRequest, context: Any, load_report: bool = False
     ) -> InferRequest:
-        """The engine's request: tensors decoded (shared memory read), parameters parsed; when
-        the core traces, with its trace headers and when its decoding began and ended;
-        `load_report`: the response is to carry the model's load."""
+        """The engine's request (`decode_request`): when the core traces, with its trace headers
+        and when its decoding began and ended; with the headers forwarded to the model, when
+        forwarding is on; `load_report`: the response is to carry the model's load."""
         tracing = self._core.info.tracing
-        started_ns = time.monotonic_ns() if tracing else 0
-        inputs = decode_inputs(request)
-        outputs, locations, classes = decode_outputs(request)
-        options = infer_options(request)
-        if self._forwarding.active:  # reading the metadata costs every request otherwise
-            options = self._forwarding.apply(options, context.invocation_metadata() or ())
-        remaining_s = context.time_remaining()
-        if remaining_s is not None:  # the client's deadline: never executed after it
-            deadline_ns = time.monotonic_ns() + int(remaining_s * 1e9) - _DEADLINE_MARGIN_NS
-            options = msgspec.structs.replace(options, deadline_ns=deadline_ns)
-        return InferRequest(
-            request.model_name,
-            request.model_version,
-            inputs,
-            outputs,
-            options,
-            request.id,
-            _trace_headers(context) if tracing else None,
-            locations,
-            classes,
-            Received("GRPC", started_ns, time.monotonic_ns()) if tracing else None,
+        return decode_request(
+            request,
+            deadline_ns(context),
             load_report=load_report,
+            adjust=self._forwarded_headers(context) if self._forwarding.active else None,
+            carrier=_trace_headers(context) if tracing else None,
+            traced_since_ns=time.monotonic_ns() if tracing else None,
         )
+
+    def _forwarded_headers(self, context: Any) -> Callable[[InferOptions], InferOptions]:
+        return lambda options: self._forwarding.apply(options, context.invocation_metadata() or ())
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any

@@ -1,0 +1,61 @@
+"""A unary ModelInfer passed on as the bytes its client sent: a front-end worker's gRPC server
+takes the call, and the core decodes the request and encodes the answer, as it does for a call
+it takes itself. The worker then parses, decodes and encodes nothing: its own work per call is
+gRPC's. Used while no request is traced and no header is forwarded (both read the call's
+metadata into the request); other calls are decoded in the worker, as HTTP's and streams' are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from google.protobuf.message import DecodeError
+
+from proto import grpc_service_pb2 as pb
+from server.contract.core import Core
+from server.contract.errors import InvalidInputError
+from server.contract.load import LoadReport
+from server.frontend.grpc.codec import decode_request, encode_response_bytes
+
+NOT_A_REQUEST = "the request is not a serialized inference.ModelInferRequest"
+
+
+@dataclass(frozen=True, slots=True)
+class SerializedAnswer:
+    """A ModelInfer's answer, serialized, and the model's load when the request asked for it."""
+
+    data: bytes
+    load: LoadReport | None = None
+
+
+class SerializedInfer(Protocol):
+    """Serves a unary ModelInfer from its bytes (a front-end worker's way to the core)."""
+
+    async def infer_serialized(
+        self, data: bytes, deadline_ns: int, load_report: bool
+    ) -> SerializedAnswer:
+        """`data`: the ModelInferRequest as its client sent it; `deadline_ns`: when its client
+        stops waiting (`time.monotonic_ns()`; 0: never); `load_report`: a balancer asked for
+        the model's load. Raises only `ServerError`s."""
+        ...
+
+
+async def serve_serialized(
+    core: Core, data: bytes | memoryview, deadline_ns: int, load_report: bool
+) -> SerializedAnswer:
+    """`SerializedInfer.infer_serialized`, served by `core` (the core process's side)."""
+    request = parse_request(data)
+    decoded = decode_request(request, deadline_ns, load_report=load_report)
+    response = await core.infer(decoded)
+    return SerializedAnswer(encode_response_bytes(response, request.id), response.load)
+
+
+def parse_request(data: bytes | memoryview) -> pb.ModelInferRequest:
+    """The ModelInferRequest in `data`; INVALID_ARGUMENT if it is not one (where grpc.aio,
+    parsing it, would answer UNKNOWN)."""
+    try:
+        # upb parses any buffer; the stubs name bytes only.
+        return pb.ModelInferRequest.FromString(data)  # type: ignore[arg-type]
+    except DecodeError as exc:
+        raise InvalidInputError(f"{NOT_A_REQUEST}: {exc}") from exc
