@@ -7,9 +7,9 @@ metadata into the request); other calls are decoded in the worker, as HTTP's and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 from google.protobuf.message import DecodeError
 
 from proto import grpc_service_pb2 as pb
@@ -21,9 +21,9 @@ from server.frontend.grpc.codec import decode_request, encode_response_bytes
 NOT_A_REQUEST = "the request is not a serialized inference.ModelInferRequest"
 
 
-@dataclass(frozen=True, slots=True)
-class SerializedAnswer:
-    """A ModelInfer's answer, serialized, and the model's load when the request asked for it."""
+class SerializedAnswer(msgspec.Struct, frozen=True):
+    """A ModelInfer's answer, serialized, and the model's load when the request asked for it
+    (a record of every request: a struct, built in C)."""
 
     data: bytes
     load: LoadReport | None = None
