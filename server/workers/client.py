@@ -90,15 +90,47 @@ class CoreClient:
         (`server.frontend.grpc.forward`)."""
         future: asyncio.Future[Message] = self._loop.create_future()
         rid, pending = self._pending_request(future)
-        placement = messages.place_bytes(data, self._inputs, self._allocator)
-        if placement[0] == messages.ARENA:
-            pending.inputs.append(placement[1])
+        placement = self._place_bytes(data, pending)
         self._pending[rid] = pending
         self.channel.send(
             messages.encode_infer_serialized(rid, deadline_ns, load_report, placement)
         )
         message = await self._answer(rid, future)
         return messages.decode_serialized(message, self._outputs, self._release_output)
+
+    async def infer_serialized_stream(
+        self, data: bytes, deadline_ns: int, load_format: str | None
+    ) -> AsyncIterator[bytes]:
+        """One request of a ModelStreamInfer as its client sent it; its responses as the core
+        serialized them (`server.frontend.grpc.forward`)."""
+        answers: asyncio.Queue[Message] = asyncio.Queue()
+        rid, pending = self._pending_request(answers)
+        placement = self._place_bytes(data, pending)
+        self._pending[rid] = pending
+        self.channel.send(
+            messages.encode_stream_serialized(rid, deadline_ns, load_format, placement)
+        )
+        try:
+            while True:
+                message = await answers.get()
+                kind = message[0]
+                if kind == messages.DONE:
+                    return
+                if kind == messages.FAILED:  # refused or failed as a whole
+                    raise messages.failed_error(message)
+                yield messages.decode_serialized(message, self._outputs, self._release_output).data
+                if message[2]:
+                    return
+        finally:
+            self._abandon(rid)
+
+    def _place_bytes(self, data: bytes, pending: _Pending) -> messages.Placement:
+        """Where a serialized request goes: the input arena (freed when its final answer
+        comes), else inline."""
+        placement = messages.place_bytes(data, self._inputs, self._allocator)
+        if placement[0] == messages.ARENA:
+            pending.inputs.append(placement[1])
+        return placement
 
     async def _answer(self, rid: int, future: asyncio.Future[Message]) -> Message:
         """Request `rid`'s one answer; its error raised, the core told if the caller leaves."""

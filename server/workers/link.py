@@ -12,7 +12,7 @@ from typing import Any
 from server.contract.core import Core
 from server.contract.errors import InternalError, ServerError, UnavailableError
 from server.contract.responses import InferResponse
-from server.frontend.grpc import serve_serialized
+from server.frontend.grpc import SerializedAnswer, serve_serialized, serve_serialized_stream
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
@@ -60,6 +60,10 @@ class WorkerLink:
         if kind == messages.INFER_SERIALIZED:
             rid = message[1]
             self._tasks[rid] = self._loop.create_task(self._serve_serialized(rid, message))
+        elif kind == messages.STREAM_SERIALIZED:
+            rid = message[1]
+            serve = self._serve_serialized_stream(rid, message)
+            self._tasks[rid] = self._loop.create_task(serve)
         elif kind == messages.INFER:
             rid, stream, request = messages.decode_infer(message, self._inputs)
             serve = self._serve_stream(rid, request) if stream else self._serve(rid, request)
@@ -102,6 +106,26 @@ class WorkerLink:
             answer = await serve_serialized(self._core, data, deadline_ns, load_report)
             placement = messages.place_bytes(answer.data, self._outputs, self._allocator)
             self.send(messages.encode_serialized(rid, answer, placement))
+        except BaseException as exc:
+            self._fail(rid, exc)
+        finally:
+            del self._tasks[rid]
+
+    async def _serve_serialized_stream(self, rid: int, message: Message) -> None:
+        _, _, deadline_ns, load_format = message[:4]
+        ended = False  # the request's last response was sent
+
+        def put(answer: bytes, final: bool) -> None:
+            nonlocal ended
+            placement = messages.place_bytes(answer, self._outputs, self._allocator)
+            self.send(messages.encode_serialized(rid, SerializedAnswer(answer), placement, final))
+            ended = final
+
+        try:
+            data = messages.placed_bytes(message[4:], self._inputs)
+            await serve_serialized_stream(self._core, data, deadline_ns, load_format, put)
+            if not ended:  # its final flag came alone, with nothing to send
+                self.send((messages.DONE, rid))
         except BaseException as exc:
             self._fail(rid, exc)
         finally:

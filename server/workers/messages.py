@@ -5,8 +5,9 @@ worker writes inputs into its input arena, the core writes outputs into the work
 arena. Each side allocates only in the arena it writes, and frees a block when the other side
 says it is done with it.
 
-A unary gRPC call travels as its serialized request and answer instead (INFER_SERIALIZED and
-SERIALIZED, placed as a tensor's bytes are; server.frontend.grpc.forward).
+A gRPC inference request travels as its serialized request and answers instead
+(INFER_SERIALIZED, STREAM_SERIALIZED and SERIALIZED, placed as a tensor's bytes are;
+server.frontend.grpc.forward).
 
 Tensor placements: `(ARENA, offset, nbytes)`, `(INLINE, bytes)` (tensors of up to
 `INLINE_MAX_BYTES`, BYTES tensors, and any tensor when an arena is full), `(SHARED, location)` (an
@@ -48,6 +49,10 @@ INFER = "infer"  # (INFER, rid, stream, model, version, id, outputs, priority, t
 # its client sent it (server.frontend.grpc.forward), placed as a tensor is; one message per
 # request, its answer SERIALIZED (or FAILED)
 INFER_SERIALIZED = "infer serialized"
+# (STREAM_SERIALIZED, rid, deadline_ns, load_format | None, kind, where, ...): one request of a
+# ModelStreamInfer as its client sent it; its answers SERIALIZED, each with its final flag (and
+# DONE when the last has nothing to send)
+STREAM_SERIALIZED = "stream serialized"
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -250,10 +255,19 @@ def encode_infer_serialized(
     return (INFER_SERIALIZED, rid, deadline_ns, load_report, *placement)
 
 
-def encode_serialized(rid: int, answer: SerializedAnswer, placement: Placement) -> Message:
-    """An INFER_SERIALIZED's answer, its bytes placed by the core (`place_bytes`)."""
+def encode_stream_serialized(
+    rid: int, deadline_ns: int, load_format: str | None, placement: Placement
+) -> Message:
+    return (STREAM_SERIALIZED, rid, deadline_ns, load_format, *placement)
+
+
+def encode_serialized(
+    rid: int, answer: SerializedAnswer, placement: Placement, final: bool = True
+) -> Message:
+    """An INFER_SERIALIZED's or STREAM_SERIALIZED's answer, its bytes placed by the core
+    (`place_bytes`)."""
     load = None if (r := answer.load) is None else (r.queue_length, r.in_flight, r.load_ratio)
-    return (SERIALIZED, rid, True, load, *placement)
+    return (SERIALIZED, rid, final, load, *placement)
 
 
 def decode_serialized(message: Message, outputs: Arena, release: Released) -> SerializedAnswer:

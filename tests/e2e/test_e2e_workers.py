@@ -37,6 +37,7 @@ from e2e_support import (
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
+from proto import grpc_service_pb2 as pb
 from scripts import models
 
 WORKERS = ("--frontend-workers", "2")
@@ -383,3 +384,40 @@ def test_unary_calls_of_any_size_answer_alike_in_process_and_through_a_worker(
             call(b"\xff\xff not a request", timeout=10)
     assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "not a serialized inference.ModelInferRequest" in str(garbage.value.details())
+
+
+def test_stream_requests_of_any_size_answer_alike_in_process_and_through_a_worker(
+    wide: ConvoyServer,
+) -> None:
+    """Each request of a stream passes through a worker as its bytes too, its answers come back
+    serialized; a message that is no request fails in-band and the stream goes on."""
+    arrays = {rows: np.arange(4 * rows, dtype=np.float32).reshape(rows, 4) for rows in (1, 16384)}
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    with contextlib.closing(grpcclient.InferenceServerClient(wide.url)) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for rows, array in arrays.items():
+            tensor = grpcclient.InferInput("INPUT0", list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            client.async_stream_infer("wide", [tensor], request_id=f"s{rows}")
+        got = {}
+        for _ in arrays:
+            result, error = answers.get(timeout=30)
+            assert error is None, error
+            got[result.get_response().id] = result.as_numpy("OUTPUT0")  # type: ignore[attr-defined]
+        client.stop_stream()
+    for rows, array in arrays.items():
+        np.testing.assert_array_equal(got[f"s{rows}"], array)
+    valid = pb.ModelInferRequest(model_name="wide", id="after")
+    valid.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+    valid.raw_input_contents.append(np.ones((1, 4), np.float32).tobytes())
+    with grpc.insecure_channel(wide.url) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        replies = list(
+            stream(iter([b"\xff\xff not a request", valid.SerializeToString()]), timeout=30)
+        )
+    answered, failed = sorted(
+        (pb.ModelStreamInferResponse.FromString(reply) for reply in replies),
+        key=lambda reply: bool(reply.error_message),
+    )
+    assert "not a serialized inference.ModelInferRequest" in failed.error_message
+    assert not answered.error_message and answered.infer_response.id == "after"

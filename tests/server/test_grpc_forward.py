@@ -1,13 +1,15 @@
-"""A unary ModelInfer passed on as its bytes (server.frontend.grpc.forward): the core decodes
-and answers it as the in-process servicer does, and through the process boundary (both sides in
-one process over a socket pair) it answers the same bytes, the same errors and the same load,
-with large requests and answers in the arenas and a cancelled call cancelled in the core."""
+"""Inference requests passed on as their bytes (server.frontend.grpc.forward): the core decodes
+and answers a unary ModelInfer as the in-process servicer does, and through the process boundary
+(both sides in one process over a socket pair) it answers the same bytes, the same errors and
+the same load, with large requests and answers in the arenas and a cancelled call cancelled in
+the core; a stream's request answers the same responses, decoupled ones and in-band failures
+included."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 from proto import grpc_service_pb2 as pb
 from server.contract.errors import DeadlineExceededError, InvalidInputError, ServerError
 from server.core.local import LocalCore
-from server.frontend.grpc import SerializedAnswer, serve_serialized
+from server.frontend.grpc import SerializedAnswer, serve_serialized, serve_serialized_stream
 from server.frontend.grpc.forward import NOT_A_REQUEST
 from tests.server.boundary import ARENA_BYTES, SLOW_S, Boundary
 
@@ -158,6 +160,88 @@ async def test_a_cancelled_call_is_cancelled_in_the_core(
     with pytest.raises(asyncio.CancelledError):
         await queued
     np.testing.assert_array_equal(_outputs(await running)["Y"], [[1.0]])
+    after = (await served.model_statistics("slow", "")).model_stats[0].inference_stats
+    assert after.success.count - before.success.count == 1
+    assert after.fail.count - before.fail.count == 1  # the core counted the cancellation
+
+
+async def _streamed(answers: AsyncIterator[bytes]) -> list[pb.ModelStreamInferResponse]:
+    return [pb.ModelStreamInferResponse.FromString(data) async for data in answers]
+
+
+async def _direct(core: LocalCore, data: bytes, load_format: str | None = None) -> list[Any]:
+    answers: list[pb.ModelStreamInferResponse] = []
+    await serve_serialized_stream(
+        core,
+        data,
+        0,
+        load_format,
+        lambda answer, final: answers.append(pb.ModelStreamInferResponse.FromString(answer)),
+    )
+    return answers
+
+
+def _count(count: int) -> bytes:
+    """A request of the decoupled `repeat` model for `count` responses (-1: it fails)."""
+    request = pb.ModelInferRequest(model_name="repeat", id=f"repeat-{count}")
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    request.inputs.add(name="COUNT", datatype="INT32", shape=[1, 1])
+    request.raw_input_contents.append(np.array([[count]], np.int32).tobytes())
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(_simple(), id="a model that answers once"),
+        pytest.param(_rows(4096), id="both ways in the arenas"),
+        pytest.param(_count(0), id="decoupled, no response"),
+        pytest.param(_count(5), id="decoupled, five responses"),
+        pytest.param(_count(-1), id="decoupled, failing in-band"),
+        pytest.param(_serialized("nope"), id="an unknown model, in-band"),
+    ],
+)
+async def test_a_stream_request_through_the_boundary_answers_the_same_responses(
+    served: LocalCore, boundary: Boundary, data: bytes
+) -> None:
+    through = await _streamed(boundary.client.infer_serialized_stream(data, 0, None))
+    assert through == await _direct(served, data)
+    last = through[-1]  # final, or an in-band failure (which ends the request too)
+    assert last.error_message or last.infer_response.parameters["triton_final_response"].bool_param
+
+
+async def test_a_stream_request_that_is_no_request_fails_in_band(boundary: Boundary) -> None:
+    (answer,) = await _streamed(boundary.client.infer_serialized_stream(b"\xff\xff", 0, None))
+    assert answer.error_message.startswith(NOT_A_REQUEST)
+
+
+async def test_each_stream_response_carries_the_load_when_asked(boundary: Boundary) -> None:
+    (answer,) = await _streamed(boundary.client.infer_serialized_stream(_simple(), 0, "json"))
+    report = answer.infer_response.parameters["endpoint-load-metrics"].string_param
+    assert report.startswith("JSON ") and "convoy_load_ratio" in report
+
+
+async def test_a_stream_request_left_behind_is_cancelled_in_the_core(
+    served: LocalCore, boundary: Boundary
+) -> None:
+    def slow(value: float) -> bytes:
+        return _serialized("slow", X=np.array([[value]], np.float32))
+
+    async def first(data: bytes) -> bytes:
+        async for answer in boundary.client.infer_serialized_stream(data, 0, None):
+            return answer
+        raise AssertionError("no answer")
+
+    before = (await served.model_statistics("slow", "")).model_stats[0].inference_stats
+    running = asyncio.create_task(first(slow(1.0)))
+    await asyncio.sleep(SLOW_S / 4)
+    queued = asyncio.create_task(first(slow(2.0)))
+    await asyncio.sleep(SLOW_S / 4)
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    response = pb.ModelStreamInferResponse.FromString(await running).infer_response
+    assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1.0]
     after = (await served.model_statistics("slow", "")).model_stats[0].inference_stats
     assert after.success.count - before.success.count == 1
     assert after.fail.count - before.fail.count == 1  # the core counted the cancellation

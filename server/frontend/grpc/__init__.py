@@ -1,7 +1,12 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
 from server.frontend.grpc.edge import RESTRICTABLE_GROUPS
-from server.frontend.grpc.forward import SerializedAnswer, SerializedInfer, serve_serialized
+from server.frontend.grpc.forward import (
+    SerializedAnswer,
+    SerializedInfer,
+    serve_serialized,
+    serve_serialized_stream,
+)
 from server.frontend.grpc.registration import GenericOnly, inference_handler
 from server.frontend.grpc.servicer import InferenceServicer
 from server.frontend.grpc.sockets import close_connections, stop_listening
@@ -18,6 +23,7 @@ __all__ = [
     "close_connections",
     "inference_handler",
     "serve_serialized",
+    "serve_serialized_stream",
     "status_for",
     "stop_listening",
 ]

@@ -1,12 +1,14 @@
-"""A unary ModelInfer passed on as the bytes its client sent: a front-end worker's gRPC server
-takes the call, and the core decodes the request and encodes the answer, as it does for a call
-it takes itself. The worker then parses, decodes and encodes nothing: its own work per call is
-gRPC's. Used while no request is traced and no header is forwarded (both read the call's
-metadata into the request); other calls are decoded in the worker, as HTTP's and streams' are.
+"""Inference requests passed on as the bytes their clients sent: a front-end worker's gRPC
+server takes the call (a unary ModelInfer, or each request of a ModelStreamInfer), and the core
+decodes the request and encodes its answers, as it does for a call it takes itself. The worker
+then parses, decodes and encodes nothing: its own work per request is gRPC's. Used while no
+request is traced and no header is forwarded (both read the call's metadata into the request);
+otherwise the worker decodes, as it does HTTP requests.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import msgspec
@@ -14,9 +16,10 @@ from google.protobuf.message import DecodeError
 
 from proto import grpc_service_pb2 as pb
 from server.contract.core import Core
-from server.contract.errors import InvalidInputError
+from server.contract.errors import InvalidInputError, ServerError
 from server.contract.load import LoadReport
 from server.frontend.grpc.codec import decode_request, encode_response_bytes
+from server.frontend.grpc.stream import stream_answers, stream_error
 
 NOT_A_REQUEST = "the request is not a serialized inference.ModelInferRequest"
 
@@ -40,6 +43,15 @@ class SerializedInfer(Protocol):
         the model's load. Raises only `ServerError`s."""
         ...
 
+    def infer_serialized_stream(
+        self, data: bytes, deadline_ns: int, load_format: str | None
+    ) -> AsyncIterator[bytes]:
+        """One request of a ModelStreamInfer as its client sent it: each of its
+        ModelStreamInferResponses, serialized, failures in-band. `load_format`: the stream's
+        `orca.metadata_format` (None: no load report). Raises only `ServerError`s, for a
+        request refused before it reached the core."""
+        ...
+
 
 async def serve_serialized(
     core: Core, data: bytes | memoryview, deadline_ns: int, load_report: bool
@@ -49,6 +61,29 @@ async def serve_serialized(
     decoded = decode_request(request, deadline_ns, load_report=load_report)
     response = await core.infer(decoded)
     return SerializedAnswer(encode_response_bytes(response, request.id), response.load)
+
+
+async def serve_serialized_stream(
+    core: Core,
+    data: bytes | memoryview,
+    deadline_ns: int,
+    load_format: str | None,
+    put: Callable[[bytes, bool], object],
+) -> None:
+    """`SerializedInfer.infer_serialized_stream`, served by `core` (the core process's side):
+    `put` gets each response serialized, with whether it is the request's last."""
+    request = pb.ModelInferRequest()
+    try:
+        request = parse_request(data)
+        decoded = decode_request(request, deadline_ns, load_report=load_format is not None)
+    except ServerError as exc:
+        put(stream_error(request, str(exc)).SerializeToString(), True)
+        return
+
+    def serialized(message: pb.ModelStreamInferResponse, final: bool) -> None:
+        put(message.SerializeToString(), final)
+
+    await stream_answers(core, request, decoded, serialized, load_format)
 
 
 def parse_request(data: bytes | memoryview) -> pb.ModelInferRequest:

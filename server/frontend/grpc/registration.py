@@ -20,6 +20,9 @@ from google.protobuf.message import Message
 from proto import grpc_service_pb2 as pb
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+# Inference takes its requests unparsed: the servicer parses them, or a front-end worker passes
+# them on to the core as they came.
+_UNPARSED = frozenset({"ModelInfer", "ModelStreamInfer"})
 
 
 class GenericOnly:
@@ -40,17 +43,17 @@ class GenericOnly:
 
 def inference_handler(servicer: object) -> grpc.GenericRpcHandler:
     """Triton's inference service as one generic handler over `servicer`'s methods, one per
-    method of the service's descriptor. The unary ModelInfer gets its request as the bytes the
-    client sent (the servicer parses them, or a front-end worker passes them on to the core),
-    and its answer comes already serialized; any answer that does is sent as it is."""
+    method of the service's descriptor. ModelInfer and ModelStreamInfer get their requests as
+    the bytes the client sent (the servicer parses them, or a front-end worker passes them on
+    to the core); an answer that comes already serialized is sent as it is."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in _SERVICE.methods:
         behaviour = getattr(servicer, method.name)
         parse: Callable[[bytes], Message] | None = message_factory.GetMessageClass(
             method.input_type
         ).FromString
-        if method.name == "ModelInfer":
-            parse = None  # grpc hands the handler the request's bytes as they came
+        if method.name in _UNPARSED:
+            parse = None  # grpc hands the handler each request's bytes as they came
         if method.client_streaming != method.server_streaming:  # none in Triton's service
             raise TypeError(f"{method.full_name}: half-streaming methods are not served")
         kind = (

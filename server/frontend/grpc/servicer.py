@@ -15,7 +15,6 @@ from proto import grpc_service_pb2_grpc as pb_grpc
 from server.contract.core import Core
 from server.contract.errors import SERVER_STOPPING, RestrictedError, ServerError
 from server.contract.requests import InferOptions, InferRequest
-from server.contract.responses import InferResponse
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.admin import AdminRpcs
@@ -23,7 +22,7 @@ from server.frontend.grpc.codec import decode_request, encode_response_bytes
 from server.frontend.grpc.edge import edge
 from server.frontend.grpc.forward import SerializedInfer, parse_request
 from server.frontend.grpc.status import status_for
-from server.frontend.grpc.stream import Outbox, stream_error, stream_message
+from server.frontend.grpc.stream import Outbox, stream_answers, stream_error
 from server.frontend.orca import metadata_format, report_headers
 
 _log = logging.getLogger(__name__)
@@ -42,6 +41,15 @@ def deadline_ns(context: grpc.aio.ServicerContext) -> int:
     if remaining_s is None:
         return 0
     return time.monotonic_ns() + int(remaining_s * 1e9) - _DEADLINE_MARGIN_NS
+
+
+def _for_error(data: bytes) -> pb.ModelInferRequest:
+    """What a stream's in-band error names of a request: its model, version and id, when its
+    bytes are a request at all."""
+    try:
+        return parse_request(data)
+    except ServerError:
+        return pb.ModelInferRequest()
 
 
 def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -159,9 +167,12 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         return lambda options: self._forwarding.apply(options, context.invocation_metadata() or ())
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Any
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Many requests in flight per stream; each answer (or error, in-band) as it is ready."""
+        self, request_iterator: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse | bytes]:
+        """Many requests in flight per stream; each answer (or error, in-band) as it is ready.
+        Requests come as their client sent them (`inference_handler` registers the method so);
+        where the servicer passes calls on (`forward`), each goes to the core as its bytes and
+        its answers come back serialized, as ModelInfer's do."""
         if self._restricted:
             try:
                 self._check_restricted("inference", context)
@@ -176,30 +187,36 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         running: set[asyncio.Task[None]] = set()
         # A balancer's ask, read once as the stream opens: each response then carries the load.
         form = metadata_format(context.invocation_metadata())
+        forward = self._forward
+        if self._core.info.tracing or self._forwarding.active:
+            forward = None  # the call's metadata must reach each request
 
-        async def answer(request: pb.ModelInferRequest) -> None:
-            try:
-                decoded = self._decoded(request, context, form is not None)
-                outcome = await self._core.infer_streamed(decoded)
-                if isinstance(outcome, InferResponse):  # the model answers once
-                    answers.put(stream_message(request, outcome, True, form))
-                    return
-                async for item, final in outcome:
-                    answer = stream_message(request, item, final, form)
-                    if answer is not None:
-                        answers.put(answer)
-                return
-            except ServerError as exc:
-                message = stream_error(request, str(exc))
-            except Exception as exc:  # one request's fault never ends the stream
-                _log.exception("stream request '%s' failed unexpectedly", request.id)
-                message = stream_error(request, f"internal error: {exc}")
+        def put(message: pb.ModelStreamInferResponse, final: bool) -> None:
             answers.put(message)
+
+        async def answer(data: bytes) -> None:
+            try:
+                if forward is not None:
+                    async for serialized in forward.infer_serialized_stream(
+                        data, deadline_ns(context), form
+                    ):
+                        answers.put(serialized)
+                    return
+                request = parse_request(data)
+                decoded = self._decoded(request, context, form is not None)
+            except ServerError as exc:  # refused here, or the core went away
+                answers.put(stream_error(_for_error(data), str(exc)))
+                return
+            except Exception as exc:  # one request's fault never ends the stream
+                _log.exception("a stream request failed unexpectedly")
+                answers.put(stream_error(_for_error(data), f"internal error: {exc}"))
+                return
+            await stream_answers(self._core, request, decoded, put, form)
 
         async def read() -> None:
             try:
-                async for request in request_iterator:
-                    task = loop.create_task(answer(request))
+                async for data in request_iterator:
+                    task = loop.create_task(answer(data))
                     running.add(task)
                     task.add_done_callback(running.discard)
             except asyncio.CancelledError:

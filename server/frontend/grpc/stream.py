@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+from collections.abc import Callable
 
 from proto import grpc_service_pb2 as pb
+from server.contract.core import Core
 from server.contract.errors import ServerError
+from server.contract.requests import InferRequest
 from server.contract.responses import InferResponse
 from server.frontend.grpc.codec import encode_response
 from server.frontend.orca import report_headers
+
+_log = logging.getLogger(__name__)
+
+# One answer of a stream: a message, or one already serialized (a front-end worker's, from the
+# core); None ends the stream.
+Answer = pb.ModelStreamInferResponse | bytes | None
 
 
 def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
@@ -60,6 +70,36 @@ def stream_message(
     return message
 
 
+async def stream_answers(
+    core: Core,
+    request: pb.ModelInferRequest,
+    decoded: InferRequest,
+    put: Callable[[pb.ModelStreamInferResponse, bool], object],
+    load_format: str | None = None,
+) -> None:
+    """Serve one stream request with `core`: `put` gets each of its responses and whether it is
+    the request's last; a failure in-band (and last), so that the stream goes on. (A callback,
+    not an async generator: most requests answer once, and a generator's steps cost each.)"""
+    try:
+        outcome = await core.infer_streamed(decoded)
+        if isinstance(outcome, InferResponse):  # the model answers once
+            answer = stream_message(request, outcome, True, load_format)
+            assert answer is not None  # a response with outputs is always sent
+            put(answer, True)
+            return
+        async for item, final in outcome:
+            message = stream_message(request, item, final, load_format)
+            if message is not None:
+                put(message, final)
+        return
+    except ServerError as exc:
+        failed = stream_error(request, str(exc))
+    except Exception as exc:  # one request's fault never ends the stream
+        _log.exception("stream request '%s' failed unexpectedly", request.id)
+        failed = stream_error(request, f"internal error: {exc}")
+    put(failed, True)
+
+
 class Outbox:
     """A stream's answers in the order they are ready, for its one writer; event-loop owned.
 
@@ -67,16 +107,16 @@ class Outbox:
     loop checks on every call: measured at about 5% of a streaming server's GIL time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._items: collections.deque[pb.ModelStreamInferResponse | None] = collections.deque()
+        self._items: collections.deque[Answer] = collections.deque()
         self._loop = loop  # the stream's: looking it up makes a system call under CPython 3.11
         self._waiter: asyncio.Future[None] | None = None
 
-    def put(self, item: pb.ModelStreamInferResponse | None) -> None:
+    def put(self, item: Answer) -> None:
         self._items.append(item)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def get(self) -> pb.ModelStreamInferResponse | None:
+    async def get(self) -> Answer:
         while not self._items:
             self._waiter = self._loop.create_future()
             await self._waiter
