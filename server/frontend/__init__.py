@@ -1,4 +1,6 @@
 """The front ends: Triton's gRPC service and HTTP/REST routes, each thin (wire -> contract call
 -> wire); they reach the core only through `server.contract`."""
 
-__all__: list[str] = []
+from server.frontend.serialized import SerializedAnswer, SerializedInfer
+
+__all__ = ["SerializedAnswer", "SerializedInfer"]

@@ -23,12 +23,12 @@ from server.contract.settings import FrontEndSettings, GrpcTls
 from server.frontend.grpc import (
     GenericOnly,
     InferenceServicer,
-    SerializedInfer,
     close_connections,
     inference_handler,
     stop_listening,
 )
 from server.frontend.http import HttpFrontEnd
+from server.frontend.serialized import SerializedInfer
 
 _log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class FrontEnd:
                 name=settings.server_name,
                 forward_pattern=settings.http_forward_pattern,
                 share_header=settings.fair_share_header,
+                forward=self._forward,
             )
             self.http_port = await self._http.start(
                 settings.http_address,

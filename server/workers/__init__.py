@@ -3,8 +3,8 @@
 A unary request from a worker reads in order: `client.py` (`CoreClient`, the worker's `Core`)
 -> `messages.py` (every message and descriptor layout) over `frames.py` (framing, the batching
 `Channel`), with tensors in `arena.py` (memfd arenas) -> `link.py` (`WorkerLink`, the core's side,
-serving the core's own `Core`); a gRPC inference request crosses as its bytes, which the core
-decodes with the gRPC front end's codec (`server.frontend.grpc.forward`). `pool.py` starts,
+serving the core's own `Core`); an inference request crosses as its bytes, which the core
+decodes with its front end's codec (`server.frontend.serialized`). `pool.py` starts,
 watches and stops the worker processes; `process.py` is a worker process's main. Nothing here
 imports the core: a worker loads no model runtime, and the boundary is tested in one process
 over a socket pair."""

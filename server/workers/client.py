@@ -24,7 +24,7 @@ from server.contract.errors import (
 from server.contract.model_io import ModelIO
 from server.contract.requests import InferInput, InferRequest
 from server.contract.responses import InferResponse
-from server.frontend.grpc import SerializedAnswer
+from server.frontend import SerializedAnswer
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
@@ -94,6 +94,28 @@ class CoreClient:
         self._pending[rid] = pending
         self.channel.send(
             messages.encode_infer_serialized(rid, deadline_ns, load_report, placement)
+        )
+        message = await self._answer(rid, future)
+        return messages.decode_serialized(message, self._outputs, self._release_output)
+
+    async def infer_http(
+        self,
+        model: str,
+        version: str,
+        body: bytes,
+        header_length: str | None,
+        load_report: bool,
+    ) -> SerializedAnswer:
+        """An HTTP infer request's body as its client sent it, decoded and answered by the
+        core (`server.frontend.http.forward`)."""
+        future: asyncio.Future[Message] = self._loop.create_future()
+        rid, pending = self._pending_request(future)
+        placement = self._place_bytes(body, pending)
+        self._pending[rid] = pending
+        self.channel.send(
+            messages.encode_http_serialized(
+                rid, model, version, header_length, load_report, placement
+            )
         )
         message = await self._answer(rid, future)
         return messages.decode_serialized(message, self._outputs, self._release_output)

@@ -12,7 +12,9 @@ from typing import Any
 from server.contract.core import Core
 from server.contract.errors import InternalError, ServerError, UnavailableError
 from server.contract.responses import InferResponse
-from server.frontend.grpc import SerializedAnswer, serve_serialized, serve_serialized_stream
+from server.frontend import SerializedAnswer
+from server.frontend.grpc import serve_serialized, serve_serialized_stream
+from server.frontend.http import serve_http
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
@@ -60,6 +62,9 @@ class WorkerLink:
         if kind == messages.INFER_SERIALIZED:
             rid = message[1]
             self._tasks[rid] = self._loop.create_task(self._serve_serialized(rid, message))
+        elif kind == messages.HTTP_SERIALIZED:
+            rid = message[1]
+            self._tasks[rid] = self._loop.create_task(self._serve_http(rid, message))
         elif kind == messages.STREAM_SERIALIZED:
             rid = message[1]
             serve = self._serve_serialized_stream(rid, message)
@@ -104,12 +109,26 @@ class WorkerLink:
         try:
             data = messages.placed_bytes(message[4:], self._inputs)
             answer = await serve_serialized(self._core, data, deadline_ns, load_report)
-            placement = messages.place_bytes(answer.data, self._outputs, self._allocator)
-            self.send(messages.encode_serialized(rid, answer, placement))
+            self._answer_serialized(rid, answer)
         except BaseException as exc:
             self._fail(rid, exc)
         finally:
             del self._tasks[rid]
+
+    async def _serve_http(self, rid: int, message: Message) -> None:
+        _, _, model, version, header_length, load_report = message[:6]
+        try:
+            body = messages.placed_bytes(message[6:], self._inputs)
+            answer = await serve_http(self._core, model, version, body, header_length, load_report)
+            self._answer_serialized(rid, answer)
+        except BaseException as exc:
+            self._fail(rid, exc)
+        finally:
+            del self._tasks[rid]
+
+    def _answer_serialized(self, rid: int, answer: SerializedAnswer, final: bool = True) -> None:
+        placement = messages.place_bytes(answer.data, self._outputs, self._allocator)
+        self.send(messages.encode_serialized(rid, answer, placement, final))
 
     async def _serve_serialized_stream(self, rid: int, message: Message) -> None:
         _, _, deadline_ns, load_format = message[:4]
@@ -117,8 +136,7 @@ class WorkerLink:
 
         def put(answer: bytes, final: bool) -> None:
             nonlocal ended
-            placement = messages.place_bytes(answer, self._outputs, self._allocator)
-            self.send(messages.encode_serialized(rid, SerializedAnswer(answer), placement, final))
+            self._answer_serialized(rid, SerializedAnswer(answer), final)
             ended = final
 
         try:

@@ -5,9 +5,9 @@ worker writes inputs into its input arena, the core writes outputs into the work
 arena. Each side allocates only in the arena it writes, and frees a block when the other side
 says it is done with it.
 
-A gRPC inference request travels as its serialized request and answers instead
-(INFER_SERIALIZED, STREAM_SERIALIZED and SERIALIZED, placed as a tensor's bytes are;
-server.frontend.grpc.forward).
+An inference request of either protocol travels as its serialized request and answers instead
+(INFER_SERIALIZED, STREAM_SERIALIZED, HTTP_SERIALIZED and SERIALIZED, placed as a tensor's bytes
+are; server.frontend.serialized).
 
 Tensor placements: `(ARENA, offset, nbytes)`, `(INLINE, bytes)` (tensors of up to
 `INLINE_MAX_BYTES`, BYTES tensors, and any tensor when an arena is full), `(SHARED, location)` (an
@@ -37,7 +37,7 @@ from server.contract.requests import (
     SequenceFlags,
 )
 from server.contract.responses import InferOutput, InferResponse
-from server.frontend.grpc import SerializedAnswer
+from server.frontend import SerializedAnswer
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Message
 
@@ -53,6 +53,9 @@ INFER_SERIALIZED = "infer serialized"
 # ModelStreamInfer as its client sent it; its answers SERIALIZED, each with its final flag (and
 # DONE when the last has nothing to send)
 STREAM_SERIALIZED = "stream serialized"
+# (HTTP_SERIALIZED, rid, model, version, header_length | None, load_report, kind, where, ...): an
+# HTTP infer request's body as its client sent it; its answer SERIALIZED (or FAILED)
+HTTP_SERIALIZED = "http serialized"
 CANCEL = "cancel"  # (CANCEL, rid): the client went away
 RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method
@@ -66,7 +69,8 @@ ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, parame
 FAILED = "failed"  # (FAILED, rid, final, error class, message, in_band, retry_after_ms):
 #                    in_band, one response of a stream failed; else the request failed as a
 #                    whole (and final is True); retry_after_ms, an UnavailableError's or None
-# (SERIALIZED, rid, final, load | None, kind, where, ...): an INFER_SERIALIZED's answer, placed
+# (SERIALIZED, rid, final, load | None, header_length | None, kind, where, ...): the answer of
+# any of the three, placed; header_length, an HTTP body's JSON header's (binary data)
 SERIALIZED = "serialized"
 DONE = "done"  # (DONE, rid): a stream ended without a final response
 RESULT = "result"  # (RESULT, cid, value)
@@ -255,6 +259,17 @@ def encode_infer_serialized(
     return (INFER_SERIALIZED, rid, deadline_ns, load_report, *placement)
 
 
+def encode_http_serialized(
+    rid: int,
+    model: str,
+    version: str,
+    header_length: str | None,
+    load_report: bool,
+    placement: Placement,
+) -> Message:
+    return (HTTP_SERIALIZED, rid, model, version, header_length, load_report, *placement)
+
+
 def encode_stream_serialized(
     rid: int, deadline_ns: int, load_format: str | None, placement: Placement
 ) -> Message:
@@ -267,18 +282,18 @@ def encode_serialized(
     """An INFER_SERIALIZED's or STREAM_SERIALIZED's answer, its bytes placed by the core
     (`place_bytes`)."""
     load = None if (r := answer.load) is None else (r.queue_length, r.in_flight, r.load_ratio)
-    return (SERIALIZED, rid, final, load, *placement)
+    return (SERIALIZED, rid, final, load, answer.header_length, *placement)
 
 
 def decode_serialized(message: Message, outputs: Arena, release: Released) -> SerializedAnswer:
     """A SERIALIZED answer, copied out of `outputs`, whose block is then released."""
-    _, _, _, load, kind, where = message[:6]
+    _, _, _, load, header_length, kind, where = message[:7]
     if kind == ARENA:
-        data = bytes(outputs.view(where, message[6]))
+        data = bytes(outputs.view(where, message[7]))
         release(where)
     else:
         data = where
-    return SerializedAnswer(data, None if load is None else LoadReport(*load))
+    return SerializedAnswer(data, None if load is None else LoadReport(*load), header_length)
 
 
 def encode_failed(

@@ -597,10 +597,13 @@ def test_a_sequence_requests_deadline_is_honoured_in_its_sequence(
     start_server: StartServer, tmp_path: Path, front_end: str
 ) -> None:
     repo = tmp_path / "models"
+    # Longer than BLOCK_S: the late requests, each on a connection of its own, must arrive while
+    # the first runs, and on a loaded 2-core machine one came after 0.4 s had passed.
+    block_s = 3 * BLOCK_S
     config = (
         f'name: "slow_sequence"\nbackend: "python"\nmax_batch_size: 1\n{_IO}'
         "instance_group [ { count: 1 kind: KIND_CPU } ]\nsequence_batching { }\n"
-        + _parameter("sleep_s", str(BLOCK_S))
+        + _parameter("sleep_s", str(block_s))
         + IN_PROCESS
     )
     models.write_python_model(repo, "slow_sequence", SLOW, config)
@@ -617,7 +620,7 @@ def test_a_sequence_requests_deadline_is_honoured_in_its_sequence(
             pool.submit(step, 2.0, "grpc", timeout=DEADLINE_US),
             pool.submit(step, 3.0, "http", timeout=DEADLINE_US),
         ]
-        np.testing.assert_array_equal(first.result(10), _x(1.0))
+        np.testing.assert_array_equal(first.result(10 + block_s), _x(1.0))
         for future in late:
             error = _error_of(future)
             assert error.status() in ("StatusCode.DEADLINE_EXCEEDED", "503"), error

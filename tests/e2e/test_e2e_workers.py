@@ -17,6 +17,8 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -421,3 +423,26 @@ def test_stream_requests_of_any_size_answer_alike_in_process_and_through_a_worke
     )
     assert "not a serialized inference.ModelInferRequest" in failed.error_message
     assert not answered.error_message and answered.infer_response.id == "after"
+
+
+def test_http_requests_of_any_size_answer_alike_in_process_and_through_a_worker(
+    wide: ConvoyServer,
+) -> None:
+    """An HTTP infer request passes through a worker as its body: binary data and JSON both
+    ways, and a body that is no request refused with 400 as in process."""
+    url = f"127.0.0.1:{wide.http_port}"
+    with contextlib.closing(httpclient.InferenceServerClient(url)) as client:
+        for rows, binary in ((1, False), (16384, True)):
+            array = np.arange(4 * rows, dtype=np.float32).reshape(rows, 4)
+            tensor = httpclient.InferInput("INPUT0", list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array, binary_data=binary)
+            wanted = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
+            result = client.infer("wide", [tensor], outputs=[wanted], request_id=f"h{rows}")
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), array)
+            assert result.get_response()["id"] == f"h{rows}"
+    request = urllib.request.Request(
+        f"http://{url}/v2/models/wide/infer", data=b"{not json", method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400

@@ -18,7 +18,8 @@ import pytest
 from proto import grpc_service_pb2 as pb
 from server.contract.errors import DeadlineExceededError, InvalidInputError, ServerError
 from server.core.local import LocalCore
-from server.frontend.grpc import SerializedAnswer, serve_serialized, serve_serialized_stream
+from server.frontend import SerializedAnswer
+from server.frontend.grpc import serve_serialized, serve_serialized_stream
 from server.frontend.grpc.forward import NOT_A_REQUEST
 from tests.server.boundary import ARENA_BYTES, SLOW_S, Boundary
 

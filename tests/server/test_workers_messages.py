@@ -10,7 +10,7 @@ from server.contract.load import LoadReport
 from server.contract.model_io import TensorSpec
 from server.contract.requests import InferInput, InferOptions, InferRequest, Received
 from server.contract.responses import InferOutput, InferResponse
-from server.frontend.grpc import SerializedAnswer
+from server.frontend import SerializedAnswer
 from server.workers import messages
 from server.workers.arena import Allocator, Arena
 
@@ -173,14 +173,14 @@ def test_a_serialized_request_travels_inline_or_in_the_arena_and_reads_back_the_
         assert messages.place_bytes(large, arena, allocator) == (messages.INLINE, large)
 
 
-def test_a_serialized_answer_keeps_its_load_and_gives_its_arena_block_back() -> None:
+def test_a_serialized_answer_keeps_its_load_and_header_and_gives_its_arena_block_back() -> None:
     data = b"answer" * messages.INLINE_MAX_BYTES
     size = 2 * len(data)
     released: list[int] = []
     with Arena.create(size) as arena:
         allocator = Allocator(size)
         placed = messages.place_bytes(data, arena, allocator)
-        loaded = SerializedAnswer(data, LoadReport(3, 5, 0.25))
+        loaded = SerializedAnswer(data, LoadReport(3, 5, 0.25), header_length=12)
         message = messages.encode_serialized(8, loaded, placed)
         assert message[:3] == (messages.SERIALIZED, 8, True)  # always final
         answer = messages.decode_serialized(message, arena, released.append)

@@ -1,12 +1,7 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
 from server.frontend.grpc.edge import RESTRICTABLE_GROUPS
-from server.frontend.grpc.forward import (
-    SerializedAnswer,
-    SerializedInfer,
-    serve_serialized,
-    serve_serialized_stream,
-)
+from server.frontend.grpc.forward import serve_serialized, serve_serialized_stream
 from server.frontend.grpc.registration import GenericOnly, inference_handler
 from server.frontend.grpc.servicer import InferenceServicer
 from server.frontend.grpc.sockets import close_connections, stop_listening
@@ -18,8 +13,6 @@ __all__ = [
     "STATUS_CODES",
     "GenericOnly",
     "InferenceServicer",
-    "SerializedAnswer",
-    "SerializedInfer",
     "close_connections",
     "inference_handler",
     "serve_serialized",

@@ -8,55 +8,25 @@ otherwise the worker decodes, as it does HTTP requests.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import Callable
 
-import msgspec
 from google.protobuf.message import DecodeError
 
 from proto import grpc_service_pb2 as pb
 from server.contract.core import Core
 from server.contract.errors import InvalidInputError, ServerError
-from server.contract.load import LoadReport
 from server.frontend.grpc.codec import decode_request, encode_response_bytes
 from server.frontend.grpc.stream import stream_answers, stream_error
+from server.frontend.serialized import SerializedAnswer
 
 NOT_A_REQUEST = "the request is not a serialized inference.ModelInferRequest"
-
-
-class SerializedAnswer(msgspec.Struct, frozen=True):
-    """A ModelInfer's answer, serialized, and the model's load when the request asked for it
-    (a record of every request: a struct, built in C)."""
-
-    data: bytes
-    load: LoadReport | None = None
-
-
-class SerializedInfer(Protocol):
-    """Serves a unary ModelInfer from its bytes (a front-end worker's way to the core)."""
-
-    async def infer_serialized(
-        self, data: bytes, deadline_ns: int, load_report: bool
-    ) -> SerializedAnswer:
-        """`data`: the ModelInferRequest as its client sent it; `deadline_ns`: when its client
-        stops waiting (`time.monotonic_ns()`; 0: never); `load_report`: a balancer asked for
-        the model's load. Raises only `ServerError`s."""
-        ...
-
-    def infer_serialized_stream(
-        self, data: bytes, deadline_ns: int, load_format: str | None
-    ) -> AsyncIterator[bytes]:
-        """One request of a ModelStreamInfer as its client sent it: each of its
-        ModelStreamInferResponses, serialized, failures in-band. `load_format`: the stream's
-        `orca.metadata_format` (None: no load report). Raises only `ServerError`s, for a
-        request refused before it reached the core."""
-        ...
 
 
 async def serve_serialized(
     core: Core, data: bytes | memoryview, deadline_ns: int, load_report: bool
 ) -> SerializedAnswer:
-    """`SerializedInfer.infer_serialized`, served by `core` (the core process's side)."""
+    """`SerializedInfer.infer_serialized` (server.frontend), served by `core` (the core
+    process's side)."""
     request = parse_request(data)
     decoded = decode_request(request, deadline_ns, load_report=load_report)
     response = await core.infer(decoded)
@@ -70,8 +40,9 @@ async def serve_serialized_stream(
     load_format: str | None,
     put: Callable[[bytes, bool], object],
 ) -> None:
-    """`SerializedInfer.infer_serialized_stream`, served by `core` (the core process's side):
-    `put` gets each response serialized, with whether it is the request's last."""
+    """`SerializedInfer.infer_serialized_stream` (server.frontend), served by `core` (the core
+    process's side): `put` gets each response serialized, with whether it is the request's
+    last."""
     request = pb.ModelInferRequest()
     try:
         request = parse_request(data)

@@ -20,10 +20,11 @@ from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.admin import AdminRpcs
 from server.frontend.grpc.codec import decode_request, encode_response_bytes
 from server.frontend.grpc.edge import edge
-from server.frontend.grpc.forward import SerializedInfer, parse_request
+from server.frontend.grpc.forward import parse_request
 from server.frontend.grpc.status import status_for
 from server.frontend.grpc.stream import Outbox, stream_answers, stream_error
 from server.frontend.orca import metadata_format, report_headers
+from server.frontend.serialized import SerializedInfer
 
 _log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ named by `--http-restricted-api` need its header."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from proto import message_json
 from server.contract.core import Core
@@ -15,27 +15,17 @@ from server.contract.errors import (
     RestrictedError,
     ServerError,
 )
-from server.contract.requests import InferRequest, Received
+from server.contract.requests import InferOptions
 from server.contract.settings import RestrictedProtocol, TraceSettings
 from server.frontend.common import EXTENSIONS, load_parameters, server_metadata
 from server.frontend.forwarding import HeaderForwarding
 from server.frontend.http.admin import AdminRoutes, load_request
-from server.frontend.http.codec import (
-    HEADER_LENGTH,
-    classification,
-    decode_inputs,
-    encode_response,
-    infer_options,
-    output_locations,
-    parameters_of,
-    parse_json,
-    requested_outputs,
-    split_body,
-    trace_carrier,
-)
+from server.frontend.http.codec import HEADER_LENGTH, parameters_of, parse_json, trace_carrier
+from server.frontend.http.forward import answer, decode_request
 from server.frontend.http.generate import GenerateRoutes
 from server.frontend.http.messages import (
     Handler,
+    Headers,
     Request,
     Response,
     Router,
@@ -45,6 +35,7 @@ from server.frontend.http.messages import (
 from server.frontend.http.status import http_status_for
 from server.frontend.http.transport import HttpServer
 from server.frontend.orca import header_format, report_headers
+from server.frontend.serialized import SerializedInfer
 
 # What GET /v2 advertises: the extensions this front end always implements (and CUDA shared
 # memory where a GPU serves it).
@@ -103,8 +94,10 @@ class HttpFrontEnd:
         name: str = "convoy",
         forward_pattern: str | None = None,
         share_header: str | None = None,
+        forward: SerializedInfer | None = None,
     ) -> None:
         self._core = core
+        self._forward = forward  # a front-end worker's way to pass infer requests on as they came
         self._name = name  # what server metadata reports (Triton's --id)
         self._version = version
         self._forwarding = HeaderForwarding(forward_pattern, share_header)
@@ -249,35 +242,32 @@ class HttpFrontEnd:
         return Response()
 
     async def infer(self, request: Request) -> Response:
-        tracing = self._core.info.tracing
-        started_ns = time.monotonic_ns() if tracing else 0
         name, version = _model(request)
-        body, binary = split_body(request.body, request.headers.get(HEADER_LENGTH))
-        request_id = body.get("id", "")
-        if not isinstance(request_id, str):
-            raise InvalidInputError(f"request 'id' must be a string, got {request_id!r:.80}")
-        outputs, binary_outputs = requested_outputs(body)
-        form = header_format(request.headers)  # a balancer's load report
-        response = await self._core.infer(
-            InferRequest(
+        headers = request.headers
+        form = header_format(headers)  # a balancer's load report
+        tracing = self._core.info.tracing
+        forward = self._forward
+        if forward is not None and not tracing and not self._forwarding.active:
+            answered = await forward.infer_http(
+                name, version, request.body, headers.get(HEADER_LENGTH), form is not None
+            )
+        else:
+            decoded, binary_outputs = decode_request(
                 name,
                 version,
-                decode_inputs(body, binary, name),
-                outputs,
-                self._forwarding.apply(infer_options(body), request.headers.pairs),
-                request_id,
-                trace_carrier(request.headers) if tracing else None,
-                output_locations(body),
-                classification(body),
-                Received("HTTP", started_ns, time.monotonic_ns()) if tracing else None,
+                request.body,
+                headers.get(HEADER_LENGTH),
                 load_report=form is not None,
+                adjust=self._forwarded_headers(headers) if self._forwarding.active else None,
+                carrier=trace_carrier(headers) if tracing else None,
+                traced_since_ns=time.monotonic_ns() if tracing else None,
             )
-        )
-        data, header_length = encode_response(response, request_id, binary_outputs)
-        headers: tuple[tuple[str, str], ...] = ()
-        if header_length is not None:
-            headers = ((HEADER_LENGTH, str(header_length)),)
-        headers = (*headers, *report_headers(response.load, form))
-        if header_length is None:
-            return Response(200, data, "application/json", headers)
-        return Response(200, data, "application/octet-stream", headers)
+            answered = await answer(self._core, decoded, binary_outputs)
+        extra = report_headers(answered.load, form)
+        if answered.header_length is None:
+            return Response(200, answered.data, "application/json", extra)
+        extra = ((HEADER_LENGTH, str(answered.header_length)), *extra)
+        return Response(200, answered.data, "application/octet-stream", extra)
+
+    def _forwarded_headers(self, headers: Headers) -> Callable[[InferOptions], InferOptions]:
+        return lambda options: self._forwarding.apply(options, headers.pairs)
