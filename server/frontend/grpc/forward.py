@@ -1,10 +1,9 @@
-"""Inference requests passed on as the bytes their clients sent: a front-end worker's gRPC
-server takes the call (a unary ModelInfer, or each request of a ModelStreamInfer), and the core
-decodes the request and encodes its answers, as it does for a call it takes itself. The worker
-then parses, decodes and encodes nothing: its own work per request is gRPC's. Used while no
-request is traced and no header is forwarded (both read the call's metadata into the request);
-otherwise the worker decodes, as it does HTTP requests.
-"""
+"""gRPC inference requests passed on as the bytes their clients sent (server.frontend.serialized):
+a front-end worker's gRPC server takes the call (a unary ModelInfer, or each request of a
+ModelStreamInfer), and the core decodes the request and encodes its answers, as it does for a
+call it takes itself. The worker then parses, decodes and encodes nothing: its own work per
+request is gRPC's. Used while no request is traced and no header is forwarded (both read the
+call's metadata into the request); otherwise the worker decodes."""
 
 from __future__ import annotations
 
