@@ -89,11 +89,12 @@ class CoreClient:
         """A unary ModelInfer as its client sent it, decoded and answered by the core
         (`server.frontend.grpc.forward`)."""
         future: asyncio.Future[Message] = self._loop.create_future()
-        rid, pending = self._pending_request(future)
-        placement = self._place_bytes(data, pending)
-        self._pending[rid] = pending
-        self.channel.send(
-            messages.encode_infer_serialized(rid, deadline_ns, load_report, placement)
+        rid = self._send_serialized(
+            data,
+            future,
+            lambda rid, placement: messages.encode_infer_serialized(
+                rid, deadline_ns, load_report, placement
+            ),
         )
         message = await self._answer(rid, future)
         return messages.decode_serialized(message, self._outputs, self._release_output)
@@ -109,13 +110,12 @@ class CoreClient:
         """An HTTP infer request's body as its client sent it, decoded and answered by the
         core (`server.frontend.http.forward`)."""
         future: asyncio.Future[Message] = self._loop.create_future()
-        rid, pending = self._pending_request(future)
-        placement = self._place_bytes(body, pending)
-        self._pending[rid] = pending
-        self.channel.send(
-            messages.encode_http_serialized(
+        rid = self._send_serialized(
+            body,
+            future,
+            lambda rid, placement: messages.encode_http_serialized(
                 rid, model, version, header_length, load_report, placement
-            )
+            ),
         )
         message = await self._answer(rid, future)
         return messages.decode_serialized(message, self._outputs, self._release_output)
@@ -126,11 +126,12 @@ class CoreClient:
         """One request of a ModelStreamInfer as its client sent it; its responses as the core
         serialized them (`server.frontend.grpc.forward`)."""
         answers: asyncio.Queue[Message] = asyncio.Queue()
-        rid, pending = self._pending_request(answers)
-        placement = self._place_bytes(data, pending)
-        self._pending[rid] = pending
-        self.channel.send(
-            messages.encode_stream_serialized(rid, deadline_ns, load_format, placement)
+        rid = self._send_serialized(
+            data,
+            answers,
+            lambda rid, placement: messages.encode_stream_serialized(
+                rid, deadline_ns, load_format, placement
+            ),
         )
         try:
             while True:
@@ -146,13 +147,22 @@ class CoreClient:
         finally:
             self._abandon(rid)
 
-    def _place_bytes(self, data: bytes, pending: _Pending) -> messages.Placement:
-        """Where a serialized request goes: the input arena (freed when its final answer
-        comes), else inline."""
+    def _send_serialized(
+        self,
+        data: bytes,
+        answers: asyncio.Queue[Message] | asyncio.Future[Message],
+        encode: Callable[[int, messages.Placement], Message],
+    ) -> int:
+        """Send a request as its client sent it (`encode` makes its message from its id and
+        where its bytes are: the input arena, freed when its final answer comes, else inline);
+        its id."""
+        rid, pending = self._pending_request(answers)
         placement = messages.place_bytes(data, self._inputs, self._allocator)
         if placement[0] == messages.ARENA:
             pending.inputs.append(placement[1])
-        return placement
+        self._pending[rid] = pending
+        self.channel.send(encode(rid, placement))
+        return rid
 
     async def _answer(self, rid: int, future: asyncio.Future[Message]) -> Message:
         """Request `rid`'s one answer; its error raised, the core told if the caller leaves."""

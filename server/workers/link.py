@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from server.contract.core import Core
@@ -60,11 +60,23 @@ class WorkerLink:
     def _on_message(self, message: Message) -> None:
         kind = message[0]
         if kind == messages.INFER_SERIALIZED:
-            rid = message[1]
-            self._tasks[rid] = self._loop.create_task(self._serve_serialized(rid, message))
+            _, rid, deadline_ns, load_report = message[:4]
+            serve: Coroutine[Any, Any, None] = self._serve_once(
+                rid,
+                message[4:],
+                lambda data: serve_serialized(self._core, data, deadline_ns, load_report),
+            )
+            self._tasks[rid] = self._loop.create_task(serve)
         elif kind == messages.HTTP_SERIALIZED:
-            rid = message[1]
-            self._tasks[rid] = self._loop.create_task(self._serve_http(rid, message))
+            _, rid, model, version, header_length, load_report = message[:6]
+            serve = self._serve_once(
+                rid,
+                message[6:],
+                lambda body: serve_http(
+                    self._core, model, version, body, header_length, load_report
+                ),
+            )
+            self._tasks[rid] = self._loop.create_task(serve)
         elif kind == messages.STREAM_SERIALIZED:
             rid = message[1]
             serve = self._serve_serialized_stream(rid, message)
@@ -104,23 +116,17 @@ class WorkerLink:
         finally:
             del self._tasks[rid]
 
-    async def _serve_serialized(self, rid: int, message: Message) -> None:
-        _, _, deadline_ns, load_report = message[:4]
+    async def _serve_once(
+        self,
+        rid: int,
+        placement: Message,
+        serve: Callable[[bytes | memoryview], Awaitable[SerializedAnswer]],
+    ) -> None:
+        """A request its worker passed on as it came (its bytes at `placement`), answered once."""
         try:
-            data = messages.placed_bytes(message[4:], self._inputs)
-            answer = await serve_serialized(self._core, data, deadline_ns, load_report)
-            self._answer_serialized(rid, answer)
-        except BaseException as exc:
-            self._fail(rid, exc)
-        finally:
-            del self._tasks[rid]
-
-    async def _serve_http(self, rid: int, message: Message) -> None:
-        _, _, model, version, header_length, load_report = message[:6]
-        try:
-            body = messages.placed_bytes(message[6:], self._inputs)
-            answer = await serve_http(self._core, model, version, body, header_length, load_report)
-            self._answer_serialized(rid, answer)
+            self._answer_serialized(
+                rid, await serve(messages.placed_bytes(placement, self._inputs))
+            )
         except BaseException as exc:
             self._fail(rid, exc)
         finally:
