@@ -330,6 +330,29 @@ def encode_response_bytes(response: InferResponse, request_id: str) -> bytes:
     return b"".join(parts)
 
 
+# ModelStreamInferResponse's infer_response (field 2), and the triton_final_response parameter
+# (ModelInferResponse's parameters, field 4) a stream response carries, serialized once each way.
+_INFER_RESPONSE_TAG = b"\x12"
+
+
+def _final_parameter(final: bool) -> bytes:
+    message = pb.ModelInferResponse()
+    message.parameters["triton_final_response"].bool_param = final
+    return message.SerializeToString()
+
+
+_FINAL_PARAMETER = {final: _final_parameter(final) for final in (False, True)}
+
+
+def encode_stream_response_bytes(response: InferResponse, request_id: str, final: bool) -> bytes:
+    """A ModelStreamInferResponse holding `encode_response_bytes`' answer, marked final or not,
+    serialized without a message: a message's fields may come in any order and a map's entries
+    add up (the last of a key wins), so the final flag's parameter simply follows the rest, as
+    `stream.stream_message` sets it last."""
+    inner = encode_response_bytes(response, request_id) + _FINAL_PARAMETER[final]
+    return b"".join((_INFER_RESPONSE_TAG, _varint(len(inner)), inner))
+
+
 def _raw_view(datatype: DataType, array: npt.NDArray[Any] | None) -> memoryview:
     """An output's raw bytes for the join, which copies them once: a fixed-size type's array as
     it is (made contiguous and little-endian only when it is not), BYTES encoded."""

@@ -50,8 +50,8 @@ async def serve_serialized_stream(
         put(stream_error(request, str(exc)).SerializeToString(), True)
         return
 
-    def serialized(message: pb.ModelStreamInferResponse, final: bool) -> None:
-        put(message.SerializeToString(), final)
+    def serialized(message: pb.ModelStreamInferResponse | bytes, final: bool) -> None:
+        put(message if isinstance(message, bytes) else message.SerializeToString(), final)
 
     await stream_answers(core, request, decoded, serialized, load_format)
 

@@ -192,7 +192,7 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         if self._core.info.tracing or self._forwarding.active:
             forward = None  # the call's metadata must reach each request
 
-        def put(message: pb.ModelStreamInferResponse, final: bool) -> None:
+        def put(message: pb.ModelStreamInferResponse | bytes, final: bool) -> None:
             answers.put(message)
 
         async def answer(data: bytes) -> None:

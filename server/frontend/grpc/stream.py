@@ -14,7 +14,7 @@ from server.contract.core import Core
 from server.contract.errors import ServerError
 from server.contract.requests import InferRequest
 from server.contract.responses import InferResponse
-from server.frontend.grpc.codec import encode_response
+from server.frontend.grpc.codec import encode_response, encode_stream_response_bytes
 from server.frontend.orca import report_headers
 
 _log = logging.getLogger(__name__)
@@ -70,25 +70,39 @@ def stream_message(
     return message
 
 
+def _answer(
+    request: pb.ModelInferRequest,
+    item: InferResponse | ServerError | None,
+    final: bool,
+    load_format: str | None,
+) -> pb.ModelStreamInferResponse | bytes | None:
+    """`stream_message`, serialized at once where that is cheaper: a response without the
+    load report is built as its bytes (`encode_stream_response_bytes`), as a unary call's is."""
+    if load_format is None and isinstance(item, InferResponse):
+        return encode_stream_response_bytes(item, request.id, final)
+    return stream_message(request, item, final, load_format)
+
+
 async def stream_answers(
     core: Core,
     request: pb.ModelInferRequest,
     decoded: InferRequest,
-    put: Callable[[pb.ModelStreamInferResponse, bool], object],
+    put: Callable[[pb.ModelStreamInferResponse | bytes, bool], object],
     load_format: str | None = None,
 ) -> None:
-    """Serve one stream request with `core`: `put` gets each of its responses and whether it is
-    the request's last; a failure in-band (and last), so that the stream goes on. (A callback,
-    not an async generator: most requests answer once, and a generator's steps cost each.)"""
+    """Serve one stream request with `core`: `put` gets each of its responses (a message, or
+    one serialized already) and whether it is the request's last; a failure in-band (and
+    last), so that the stream goes on. (A callback, not an async generator: most requests
+    answer once, and a generator's steps cost each.)"""
     try:
         outcome = await core.infer_streamed(decoded)
         if isinstance(outcome, InferResponse):  # the model answers once
-            answer = stream_message(request, outcome, True, load_format)
+            answer = _answer(request, outcome, True, load_format)
             assert answer is not None  # a response with outputs is always sent
             put(answer, True)
             return
         async for item, final in outcome:
-            message = stream_message(request, item, final, load_format)
+            message = _answer(request, item, final, load_format)
             if message is not None:
                 put(message, final)
         return
