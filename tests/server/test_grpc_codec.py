@@ -16,8 +16,10 @@ from server.frontend.grpc.codec import (
     decode_outputs,
     encode_response,
     encode_response_bytes,
+    encode_stream_response_bytes,
     infer_options,
 )
+from server.frontend.grpc.stream import stream_message
 
 FIXED_TYPES = {
     "BOOL": np.array([[True, False], [False, True]]),
@@ -212,3 +214,31 @@ def test_response_bytes_with_parameters_carry_them() -> None:
     parsed = pb.ModelInferResponse.FromString(encode_response_bytes(response, "r"))
     assert parsed == encode_response(response, "r")
     assert parsed.parameters["k"].int64_param == 1
+
+
+@pytest.mark.parametrize("final", [True, False])
+@pytest.mark.parametrize("request_id", ["", "id-1", "x" * 300])
+@pytest.mark.parametrize("parameters", [None, {"k": 1, "triton_final_response": False}])
+def test_stream_response_bytes_parse_as_the_stream_message_would(
+    final: bool, request_id: str, parameters: dict[str, int | bool] | None
+) -> None:
+    """A stream's answer built as its bytes holds what `stream_message` builds: the response,
+    its parameters, and the final flag, which wins over a parameter of the same name (the
+    message sets it last), past one varint byte of length."""
+    large = np.arange(4096, dtype=np.float32).reshape(1, 4096)
+    response = InferResponse(
+        "model",
+        3,
+        [
+            _output("A", "FP32", large, (1, 4096)),
+            _output("B", "INT64", None, (1, 2)),
+            _output("C", "BYTES", np.array([[b"x", b""]], dtype=object), (1, 2)),
+        ],
+        parameters,
+    )
+    request = pb.ModelInferRequest(model_name="model", id=request_id)
+    data = encode_stream_response_bytes(response, request_id, final)
+    parsed = pb.ModelStreamInferResponse.FromString(data)
+    assert parsed == stream_message(request, response, final)
+    assert parsed.infer_response.parameters["triton_final_response"].bool_param is final
+    assert not parsed.error_message
