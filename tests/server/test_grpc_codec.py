@@ -185,25 +185,34 @@ def _output(name: str, wire: str, array: np.ndarray | None, shape: tuple[int, ..
     return InferOutput(TensorSpec(name, BY_WIRE[wire], shape[1:], False), shape, array)
 
 
-@pytest.mark.parametrize("request_id", ["", "id-1", "x" * 300])
-def test_response_bytes_parse_as_the_message_would(request_id: str) -> None:
-    """The serialized answer built without a message holds what the message holds: every output
-    in order, one in shared memory as an empty entry, BYTES, lengths over one varint byte."""
-    large = np.arange(4096, dtype=np.float32).reshape(1, 4096)
-    response = InferResponse(
+LARGE = np.arange(4096, dtype=np.float32).reshape(1, 4096)
+
+
+def _mixed_response(parameters: dict[str, int | bool] | None = None) -> InferResponse:
+    """Every output in order: one past a varint byte of length, one in shared memory, BYTES, an
+    empty one."""
+    return InferResponse(
         "model",
         3,
         [
-            _output("A", "FP32", large, (1, 4096)),
+            _output("A", "FP32", LARGE, (1, 4096)),
             _output("B", "INT64", None, (1, 2)),
             _output("C", "BYTES", np.array([[b"x", b""]], dtype=object), (1, 2)),
             _output("D", "FP16", np.zeros((0, 2), np.float16), (0, 2)),
         ],
+        parameters,
     )
+
+
+@pytest.mark.parametrize("request_id", ["", "id-1", "x" * 300])
+def test_response_bytes_parse_as_the_message_would(request_id: str) -> None:
+    """The serialized answer built without a message holds what the message holds: every output
+    in order, one in shared memory as an empty entry, BYTES, lengths over one varint byte."""
+    response = _mixed_response()
     expected = encode_response(response, request_id)
     parsed = pb.ModelInferResponse.FromString(encode_response_bytes(response, request_id))
     assert parsed == expected
-    assert parsed.raw_output_contents[0] == large.tobytes()
+    assert parsed.raw_output_contents[0] == LARGE.tobytes()
     assert parsed.raw_output_contents[1] == b""
 
 
@@ -225,17 +234,7 @@ def test_stream_response_bytes_parse_as_the_stream_message_would(
     """A stream's answer built as its bytes holds what `stream_message` builds: the response,
     its parameters, and the final flag, which wins over a parameter of the same name (the
     message sets it last), past one varint byte of length."""
-    large = np.arange(4096, dtype=np.float32).reshape(1, 4096)
-    response = InferResponse(
-        "model",
-        3,
-        [
-            _output("A", "FP32", large, (1, 4096)),
-            _output("B", "INT64", None, (1, 2)),
-            _output("C", "BYTES", np.array([[b"x", b""]], dtype=object), (1, 2)),
-        ],
-        parameters,
-    )
+    response = _mixed_response(parameters)
     request = pb.ModelInferRequest(model_name="model", id=request_id)
     data = encode_stream_response_bytes(response, request_id, final)
     parsed = pb.ModelStreamInferResponse.FromString(data)
