@@ -1,9 +1,12 @@
 """How a message on a python worker's channel is pickled, and a batch's small tensors stacked.
 
 A message is a protocol-5 pickle whose arrays are out-of-band buffers, so the pickle holds only
-their shapes and dtypes; a BYTES tensor (an object array of bytes) travels the same way, as its
-items' lengths and their concatenation, rebuilt by `bytes_tensor`. Runs in the worker too, so it
-imports nothing from Convoy.
+their shapes and dtypes: a plain array (bool, integer, float or complex, C-contiguous) as its
+bytes, its dtype's string and its shape, rebuilt by `plain_array` (NumPy's own reduction pickles
+the dtype as an object with its state: a larger pickle, slower at both ends); a BYTES tensor (an
+object array of bytes) as its items' lengths and their concatenation, rebuilt by
+`bytes_tensor`; any other array as NumPy pickles it. Runs in the worker too, so it imports
+nothing from Convoy.
 """
 
 from __future__ import annotations
@@ -21,8 +24,15 @@ _STACKED_BYTES = 16 << 10
 
 
 # This module's name in a worker (loaded by `_worker.py` as a package of its own) and in the
-# server: a pickle names `bytes_tensor` by either.
+# server: a pickle names `bytes_tensor` and `plain_array` by either.
 _MODULE_NAMES = frozenset({"convoy_python._pickling", "backends.python._pickling"})
+# The dtype kinds `plain_array` carries: bool, signed and unsigned integers, floats, complex.
+_PLAIN_KINDS = frozenset("biufc")
+
+
+def plain_array(data: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A plain array from its bytes (as `Pickler` sends one): a view of them, not a copy."""
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 def bytes_tensor(shape: tuple[int, ...], lengths: Any, data: Any) -> np.ndarray:
@@ -101,10 +111,16 @@ def unstack_rows(stacked: Any) -> list[dict[str, np.ndarray]]:
 
 
 class Pickler(pickle.Pickler):
-    """Pickles a BYTES tensor as `bytes_tensor`'s arguments; anything else as pickle does."""
+    """Pickles a plain array as `plain_array`'s arguments and a BYTES tensor as
+    `bytes_tensor`'s; anything else as pickle does."""
 
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is not np.ndarray or obj.dtype != object:
+        if type(obj) is not np.ndarray:
+            return NotImplemented
+        dtype = obj.dtype
+        if dtype.kind in _PLAIN_KINDS and obj.flags.c_contiguous:
+            return plain_array, (pickle.PickleBuffer(obj.data), dtype.str, obj.shape)
+        if dtype.kind != "O":  # not a BYTES tensor either
             return NotImplemented
         items = obj.ravel().tolist()
         try:
@@ -120,8 +136,9 @@ class Pickler(pickle.Pickler):
 
 
 class Unpickler(pickle.Unpickler):
-    """Rebuilds a message; `allowed`: the only globals besides `bytes_tensor` it may name (the
-    server's, so that a model cannot run code in the server's process), or None for any."""
+    """Rebuilds a message; `allowed`: the only globals besides `plain_array` and `bytes_tensor` it
+    may name (the server's, so that a model cannot run code in the server's process), or None
+    for any."""
 
     def __init__(
         self,
@@ -133,6 +150,8 @@ class Unpickler(pickle.Unpickler):
         self._allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
+        if name == "plain_array" and module in _MODULE_NAMES:
+            return plain_array
         if name == "bytes_tensor" and module in _MODULE_NAMES:
             return bytes_tensor
         if self._allowed is not None and (module, name) not in self._allowed:

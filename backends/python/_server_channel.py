@@ -37,8 +37,10 @@ _POLL_TIMEVAL = struct.pack("ll", 0, int(POLL_S * 1e6))
 # The messages whose arrays the worker may keep in shared memory until their batch is answered.
 _LEASES = {"execute": LEASE_NEW_BATCH, "called": LEASE_TO_BATCH}
 
-# The only globals a worker's message may name: what NumPy needs to rebuild plain arrays. A model
-# runs arbitrary code in its own process; it must not get to run any in the server's.
+# The only globals a worker's message may name besides the channel's own array builders
+# (`_pickling`): what NumPy needs to rebuild the arrays those do not carry (non-contiguous ones,
+# other dtypes). A model runs arbitrary code in its own process; it must not get to run any in
+# the server's.
 _ARRAY_GLOBALS = frozenset(
     {
         ("numpy", "ndarray"),
