@@ -104,6 +104,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "encode and answer",
         (
             "encode_response",
+            "encode_stream_response_bytes",
             "encode_raw",
             "_serialized ",
             "_response ",
