@@ -134,13 +134,8 @@ class CoreClient:
             ),
         )
         try:
-            while True:
-                message = await answers.get()
-                kind = message[0]
-                if kind == messages.DONE:
-                    return
-                if kind == messages.FAILED:  # refused or failed as a whole
-                    raise messages.failed_error(message)
+            # The core sends a failure in-band serialized, as any response.
+            while (message := _streamed(await answers.get(), False)) is not None:
                 yield messages.decode_serialized(message, self._outputs, self._release_output).data
                 if message[2]:
                     return
@@ -185,13 +180,7 @@ class CoreClient:
         answers: asyncio.Queue[Message] = asyncio.Queue()
         rid = self._send(request, True, answers)
         try:
-            while True:
-                message = await answers.get()
-                kind = message[0]
-                if kind == messages.DONE:
-                    return
-                if kind == messages.FAILED and not message[5]:  # refused or failed as a whole
-                    raise messages.failed_error(message)
+            while (message := _streamed(await answers.get(), True)) is not None:
                 yield messages.stream_item(message, self._outputs, self._release_output)
                 if message[2]:
                     return
@@ -392,3 +381,15 @@ class CoreClient:
             self._welcome.set_exception(ServerError(CORE_GONE))
         if not self.lost.done():
             self.lost.set_result(None)
+
+
+def _streamed(message: Message, in_band: bool) -> Message | None:
+    """A stream's next message from the core: None once the stream is done; a refusal or a
+    failure of the request as a whole raised (`in_band`: a FAILED message may instead be one
+    response's failure, which the stream carries)."""
+    kind = message[0]
+    if kind == messages.DONE:
+        return None
+    if kind == messages.FAILED and not (in_band and message[5]):
+        raise messages.failed_error(message)
+    return message

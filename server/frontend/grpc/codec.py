@@ -349,8 +349,9 @@ def encode_stream_response_bytes(response: InferResponse, request_id: str, final
     serialized without a message: a message's fields may come in any order and a map's entries
     add up (the last of a key wins), so the final flag's parameter simply follows the rest, as
     `stream.stream_message` sets it last."""
-    inner = encode_response_bytes(response, request_id) + _FINAL_PARAMETER[final]
-    return b"".join((_INFER_RESPONSE_TAG, _varint(len(inner)), inner))
+    answer, flag = encode_response_bytes(response, request_id), _FINAL_PARAMETER[final]
+    # One join: the answer's bytes (its outputs may be large) are copied once.
+    return b"".join((_INFER_RESPONSE_TAG, _varint(len(answer) + len(flag)), answer, flag))
 
 
 def _raw_view(datatype: DataType, array: npt.NDArray[Any] | None) -> memoryview:
