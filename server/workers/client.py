@@ -25,7 +25,7 @@ from server.contract.model_io import ModelIO
 from server.contract.requests import InferInput, InferRequest
 from server.contract.responses import InferResponse
 from server.frontend import SerializedAnswer
-from server.workers import messages
+from server.workers import calls, messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
 
@@ -247,14 +247,14 @@ class CoreClient:
         cid = next(self._ids)
         future: asyncio.Future[Message] = self._loop.create_future()
         self._calls[cid] = future
-        self.channel.send((messages.CALL, cid, method, messages.encode_args(method, args)))
+        self.channel.send((messages.CALL, cid, method, calls.encode_args(method, args)))
         try:
             message = await future
         finally:
             self._calls.pop(cid, None)
         if message[0] == messages.REFUSED:
             raise messages.error_of(message[2], message[3])
-        return messages.decode_result(method, message[2])
+        return calls.decode_result(method, message[2])
 
     async def server_ready(self) -> bool:
         return bool(await self._call("server_ready"))

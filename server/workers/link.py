@@ -15,7 +15,7 @@ from server.contract.responses import InferResponse
 from server.frontend import SerializedAnswer
 from server.frontend.grpc import serve_serialized, serve_serialized_stream
 from server.frontend.http import serve_http
-from server.workers import messages
+from server.workers import calls, messages
 from server.workers.arena import Allocator, Arena
 from server.workers.frames import Channel, Message
 
@@ -207,10 +207,10 @@ class WorkerLink:
 
     async def _call(self, cid: int, method: str, args: Any) -> None:
         try:
-            if method not in messages.CALLS:
+            if method not in calls.CALLS:
                 raise InternalError(f"unknown core call '{method}'")
-            value = await getattr(self._core, method)(*messages.decode_args(method, args))
-            self.send((messages.RESULT, cid, messages.encode_result(method, value)))
+            value = await getattr(self._core, method)(*calls.decode_args(method, args))
+            self.send((messages.RESULT, cid, calls.encode_result(method, value)))
             if method == "log_settings" and args[0]:
                 self._on_logs(value)
         except ServerError as exc:

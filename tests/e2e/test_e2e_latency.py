@@ -38,30 +38,11 @@ from tritonclient.utils import InferenceServerException
 from proto import grpc_service_pb2 as pb
 from proto import grpc_service_pb2_grpc as pb_grpc
 from scripts import models
-from scripts.latency_bench import RETRYING
+from scripts.latency_harness import FLAT, RETRYING
 
+# The models here run FLAT, which sleeps its config's sleep_s per batch and answers X as Y.
 BLOCK_S = 0.4  # how long one execution of `slow` takes
 DEADLINE_US = 100_000  # the expiring requests' deadline, well inside one execution
-
-# Sleeps (its config's "sleep_s" per batch), then answers X as Y; one instance, so requests
-# behind a running batch wait.
-SLOW = """
-import json
-import time
-
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        parameters = json.loads(args["model_config"])["parameters"]
-        self.sleep_s = float(parameters["sleep_s"]["string_value"])
-
-    def execute(self, requests):
-        time.sleep(self.sleep_s)
-        outputs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]) for y in outputs]
-"""
 
 _IO = (
     'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
@@ -127,13 +108,13 @@ ENSEMBLE = (
 
 def write_repository(root: Path) -> Path:
     repo = root / "models"
-    models.write_python_model(repo, "slow", SLOW, _python_config("slow", BLOCK_S))
+    models.write_python_model(repo, "slow", FLAT, _python_config("slow", BLOCK_S))
     targeted = _python_config(
         "targeted", 0.1, _parameter("convoy_latency_target_ms", str(TARGET_MS)), max_batch_size=1
     )
-    models.write_python_model(repo, "targeted", SLOW, targeted)
+    models.write_python_model(repo, "targeted", FLAT, targeted)
     fair = _python_config("fair", 0.1, _parameter("convoy_fair_share", "true"), max_batch_size=2)
-    models.write_python_model(repo, "fair", SLOW, fair)
+    models.write_python_model(repo, "fair", FLAT, fair)
     weighted = _python_config(
         "weighted",
         0.0,
@@ -457,9 +438,9 @@ def test_a_fair_share_model_without_the_servers_header_is_warned_about_at_each_l
         0.0,
         _parameter("convoy_fair_share", "true") + "version_policy: { all { } }\n",
     )
-    models.write_python_model(repo, "fair_alone", SLOW, fair)
+    models.write_python_model(repo, "fair_alone", FLAT, fair)
     shutil.copytree(repo / "fair_alone" / "1", repo / "fair_alone" / "2")
-    models.write_python_model(repo, "slow", SLOW, _python_config("slow", 0.0))
+    models.write_python_model(repo, "slow", FLAT, _python_config("slow", 0.0))
     flags = ("--model-control-mode", "explicit", "--load-model", "*")
     server = start_server(repo, *flags)
     log = server.log()
@@ -606,7 +587,7 @@ def test_a_sequence_requests_deadline_is_honoured_in_its_sequence(
         + _parameter("sleep_s", str(block_s))
         + IN_PROCESS
     )
-    models.write_python_model(repo, "slow_sequence", SLOW, config)
+    models.write_python_model(repo, "slow_sequence", FLAT, config)
     server = start_server(repo, *(("--frontend-workers", "2") if front_end == "workers" else ()))
 
     def step(value: float, protocol: str, **kwargs: Any) -> np.ndarray:

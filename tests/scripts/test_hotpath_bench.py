@@ -59,5 +59,5 @@ def test_the_repository_has_mlp_with_and_without_the_seeds_batching(tmp_path: Pa
 def test_a_workers_event_loop_is_the_framework_too() -> None:
     worker = ["_run_module_as_main (<frozen runpy>:198)", "main (server/workers/process.py:47)"]
     assert hotpath_bench.classify([*worker, LOOP]) == hotpath_bench.FRAMEWORK
-    codec = "encode_response (server/frontend/grpc/codec.py:232)"
+    codec = "encode_response (server/frontend/grpc/encode.py:20)"
     assert hotpath_bench.classify([*worker, LOOP, codec]) == "encode and answer"

@@ -14,7 +14,8 @@ from google.protobuf.message import DecodeError
 from proto import grpc_service_pb2 as pb
 from server.contract.core import Core
 from server.contract.errors import InvalidInputError, ServerError
-from server.frontend.grpc.codec import decode_request, encode_response_bytes
+from server.frontend.grpc.codec import decode_request
+from server.frontend.grpc.encode import encode_response_bytes
 from server.frontend.grpc.stream import stream_answers, stream_error
 from server.frontend.serialized import SerializedAnswer
 

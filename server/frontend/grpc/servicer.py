@@ -18,8 +18,9 @@ from server.contract.requests import InferOptions, InferRequest
 from server.contract.settings import TRACE_HEADERS, RestrictedProtocol, TraceSettings
 from server.frontend.forwarding import HeaderForwarding
 from server.frontend.grpc.admin import AdminRpcs
-from server.frontend.grpc.codec import decode_request, encode_response_bytes
+from server.frontend.grpc.codec import decode_request
 from server.frontend.grpc.edge import edge
+from server.frontend.grpc.encode import encode_response_bytes
 from server.frontend.grpc.forward import parse_request
 from server.frontend.grpc.status import status_for
 from server.frontend.grpc.stream import Outbox, stream_answers, stream_error

@@ -14,7 +14,7 @@ from server.contract.core import Core
 from server.contract.errors import ServerError
 from server.contract.requests import InferRequest
 from server.contract.responses import InferResponse
-from server.frontend.grpc.codec import encode_response, encode_stream_response_bytes
+from server.frontend.grpc.encode import encode_response, encode_stream_response_bytes
 from server.frontend.orca import report_headers
 
 _log = logging.getLogger(__name__)

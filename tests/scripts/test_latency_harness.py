@@ -1,8 +1,8 @@
-"""scripts/latency_bench.py's reading of the server's p99 from its request-duration histogram."""
+"""scripts/latency_harness.py's reading of the server's p99 from its request-duration histogram."""
 
 import math
 
-from scripts.latency_bench import server_p99_ms
+from scripts.latency_harness import server_p99_ms
 
 INF = float("inf")
 
