@@ -33,4 +33,7 @@ step "mypy" mypy
 # left out of the navigation fails it. tests/docs then opens every page in headless Chromium.
 export DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1  # the theme's and a plugin's banners
 step "mkdocs build --strict" mkdocs build --strict --quiet
+# ONNX Runtime's usage telemetry off in the test run's own processes too, as in the server's
+# (server.contract.framework_telemetry); the environment's own choice rules.
+export ORT_DISABLE_TELEMETRY="${ORT_DISABLE_TELEMETRY:-1}"
 step "pytest" python -m pytest -q "$@"

@@ -36,8 +36,8 @@ def test_the_image_keeps_tritons_conventions(dockerfile: str) -> None:
 def test_tritonserver_is_a_console_script() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     scripts = project["project"]["scripts"]
-    assert scripts["tritonserver"] == "server.cli:tritonserver"
-    assert scripts["convoy"] == "server.cli:main"
+    assert scripts["tritonserver"] == "server.__main__:tritonserver"
+    assert scripts["convoy"] == "server.__main__:convoy"
 
 
 def install_lines(stage: str) -> list[str]:
