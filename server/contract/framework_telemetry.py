@@ -1,15 +1,15 @@
 """ONNX Runtime's usage telemetry, off in Convoy's processes unless the environment asks for it.
 
 ONNX Runtime's official wheels (1.29 and later) collect usage events on Linux and send them to
-Microsoft over HTTPS: each process's executable path, the operating system, a persistent device
-identifier, each session's creation and the model's producer, periodic run counts and errors.
-Until they are sent they are kept in an SQLite file under the user's home directory
+Microsoft over HTTPS: each process's executable path and operating system, a persistent device
+identifier, session creations, model loads, periodic run counts and errors. Until they are sent they
+are kept in an SQLite file under the user's home directory
 (`~/.cache/Microsoft/DeveloperTools/.onnxruntime/`), and an uploader tries to reach the collector.
-Triton's ONNX Runtime backend builds ONNX Runtime without telemetry, and a server in a private
-network has no business calling out, so Convoy turns it off the way ONNX Runtime documents: the
-variable `ORT_DISABLE_TELEMETRY=1`, read once, when ONNX Runtime is first imported. The command's
-entry (`server.__main__`) sets it before anything imports ONNX Runtime, and the processes the
-server starts (Python models' workers) inherit it.
+ONNX Runtime collected nothing on Linux before 1.29, and a server in a private network has no
+business calling out, so Convoy turns it off the way ONNX Runtime documents: the variable
+`ORT_DISABLE_TELEMETRY=1`, read once, when ONNX Runtime is first imported. The command's entry
+(`server.__main__`) sets it before anything imports ONNX Runtime, and the processes the server
+starts (Python models' workers) inherit it.
 
 A variable the environment already sets is left as it is: `ORT_DISABLE_TELEMETRY=0` keeps ONNX
 Runtime's default. Measured on the 2-core machine, the telemetry cost no time per run (mlp, a batch
