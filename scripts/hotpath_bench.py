@@ -140,6 +140,8 @@ PACKAGES = ("server", "batching", "backends", "proto")
 ENTRY = (
     "<module> (server/",
     "main (server/",
+    "_command (server/__main__.py",
+    "convoy (server/__main__.py",
     "_run (server/cli.py",
     "_run_module_as_main",
     "_run_code",

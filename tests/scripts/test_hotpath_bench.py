@@ -8,7 +8,14 @@ from google.protobuf import text_format
 from proto import model_config_pb2 as mc
 from scripts import hotpath_bench
 
-ENTRY = ["<module> (server/__main__.py:14)", "main (server/cli.py:62)", "_run (server/cli.py:85)"]
+# The core's frames below its event loop, as `python -m server serve` runs it.
+ENTRY = [
+    "<module> (server/__main__.py:43)",
+    "_command (server/__main__.py:39)",
+    "convoy (server/__main__.py:21)",
+    "main (server/cli.py:64)",
+    "_run (server/cli.py:89)",
+]
 LOOP = "Runner.run (asyncio/runners.py:118)"
 
 
