@@ -206,7 +206,7 @@ class Batcher(BatcherBase):
                     if forming.adaptive_delay and reach is None:
                         self._probed(batch, decision.size, forming.max_queue_delay_ns, now_ns)
                     if self._natural is not None:
-                        self._natural.sent(decision.size)
+                        self._natural.sent(decision.size, self._in_flight.count)
                     continue
                 # Not granted yet: the batch keeps growing until the gate wakes this loop.
                 wait_until_ns = decision.wait_until_ns

@@ -712,11 +712,19 @@ async def _scattered(batcher: Batcher, seconds: float, waiting_s: float | None =
 
 async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop() -> None:
     """Without a queue delay, scattered requests run one at a time; once the loop's thread reads
-    as busy all the time (here its CPU clock is the wall clock), batches wait for batch-mates."""
+    as busy all the time (here its CPU clock is the wall clock) while other requests are in
+    flight (one holds a second instance), batches wait for batch-mates."""
     records: list[ExecutionRecord] = []
     policy = dynamic("")
-    saturated = Batcher("m", [Doubler()], policy, records.append, loop_cpu_ns=time.monotonic_ns)
+    slow, fast = Doubler(delay_s=2.0), Doubler()
+    saturated = Batcher("m", [slow, fast], policy, records.append, loop_cpu_ns=time.monotonic_ns)
     await saturated.start()
+    held = asyncio.create_task(saturated.infer(_x(1), 1))
+    for _ in range(100):  # the slow instance takes it: another request always in flight
+        if slow.running:
+            break
+        await asyncio.sleep(0)
+    assert slow.running
     # Until the batcher has waited for batch-mates for 0.1 s: its windows (20 ms each, five
     # before the waits begin) pass in loop turns, which a busy test process makes longer.
     await _scattered(saturated, 5.0, waiting_s=0.1)
@@ -724,7 +732,17 @@ async def test_natural_batching_waits_for_batch_mates_only_on_a_saturated_loop()
     assert max(sizes[:5]) == 1  # the first windows measure; batches go at once meanwhile
     assert max(sizes[-10:]) > 1
     assert saturated.waits_for_batch_mates  # what convoy_natural_batching reports
+    await held
     await saturated.stop(1.0)
+    # One request at a time, however busy the loop reads (a lone client, the idle poll keeping
+    # its loop busy between requests): no batch-mates can come, so batches never wait.
+    records.clear()
+    alone = Batcher("m", [Doubler()], dynamic(""), records.append, loop_cpu_ns=time.monotonic_ns)
+    await alone.start()
+    await _scattered(alone, 0.3)
+    assert max(record.batch_size for record in records) == 1
+    assert not alone.waits_for_batch_mates
+    await alone.stop(1.0)
     # An idle loop (its CPU clock stands still), or the parameter off: batches go at once.
     opted_out = parse_config(
         'name: "m" max_batch_size: 8 dynamic_batching { } '
