@@ -14,8 +14,7 @@ from e2e_support import ConvoyServer
 
 from scripts import models
 from scripts.gen_models import write_mlp
-
-VARIABLE = "ORT_DISABLE_TELEMETRY"
+from server.contract.framework_telemetry import ORT_DISABLE_TELEMETRY as VARIABLE
 
 # Opens an ONNX Runtime session of its own, and answers the variable as its worker sees it.
 SEEN = """
