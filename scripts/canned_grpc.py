@@ -11,9 +11,10 @@ answers what perf_analyzer asks first
 (ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig and
 ModelStatistics, with zero counts) from that config; every answer is built once at start-up.
 It needs only the generated modules in `proto`, and registers its service as Convoy's server
-does (one generic handler, `server.frontend.grpc.inference_handler`), so that both pay the same
-grpc.aio floor; its ModelInfer answer is serialized once, at start-up. `--work-us N` makes each
-ModelInfer hold the event loop for N us of busy work before it answers: a server whose own work
+does (one generic handler, `server.frontend.grpc.inference_handler`; without looking for a load
+report in ModelInfer's metadata, which is Convoy's own work), so that both pay the same grpc.aio
+floor; its ModelInfer answer is serialized once, at start-up. `--work-us N` makes each ModelInfer
+hold the event loop for N us of busy work before it answers: a server whose own work
 per request takes N us, on grpc.aio's floor (scripts/handler_bench.py). By default its event
 loop is grpc.aio's own: the floor as the framework gives it. `--idle-poll-us N` makes it poll for
 N us after each answer (`server.contract.idle_poll`; its handler never awaits, so nothing is in
@@ -177,7 +178,7 @@ async def serve(
         ]
     )
     server.add_generic_rpc_handlers(
-        (inference_handler(CannedServicer(config, work_us, idle_poll_us, gate)),)
+        (inference_handler(CannedServicer(config, work_us, idle_poll_us, gate), load_report=False),)
     )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

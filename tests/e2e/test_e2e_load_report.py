@@ -186,6 +186,10 @@ def test_a_report_is_sent_only_when_asked(server: ConvoyServer) -> None:
     assert _grpc(server, "text")[REPORT].startswith(idle)
     assert _http(server, "TEXT")[REPORT].startswith(idle)
     assert REPORT not in _grpc(server, None)
+    # The format is looked for as the call's handler is chosen: either format, in any case;
+    # a format this server does not write gets the plain answer.
+    assert _grpc(server, "Json")[REPORT].startswith('JSON {"named_metrics":')
+    assert REPORT not in _grpc(server, "xml")
     assert REPORT not in _http(server, None)
     assert REPORT not in _http(server, "xml")  # a format this server does not write
     assert _generate(server, "text")[REPORT].startswith(idle)

@@ -15,9 +15,8 @@ from server.frontend.grpc.status import retry_pushback, status_for
 
 _log = logging.getLogger(__name__)
 
-_Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
-_Handler = Callable[[Any, _Req, grpc.aio.ServicerContext], Awaitable[_Resp]]
+_Handler = Callable[..., Awaitable[_Resp]]
 
 
 # Triton's protocol groups, which --grpc-restricted-protocol can put behind a header.
@@ -46,19 +45,22 @@ RPC_GROUPS: dict[str, str] = {
 RESTRICTABLE_GROUPS = frozenset(RPC_GROUPS.values())
 
 
-def edge(method: _Handler[_Req, _Resp]) -> _Handler[_Req, _Resp]:
+def edge(method: _Handler[_Resp]) -> _Handler[_Resp]:
     """Check restrictions, then turn domain errors into their status codes; anything
-    unexpected is INTERNAL and logged."""
+    unexpected is INTERNAL and logged. Keyword arguments its registration binds (ModelInfer's
+    `form`) pass through."""
 
     @functools.wraps(method)
-    async def wrapper(self: Any, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+    async def wrapper(
+        self: Any, request: Any, context: grpc.aio.ServicerContext, **options: Any
+    ) -> _Resp:
         counted = not self._draining
         self.calls += counted
         try:
             try:
                 if self._restricted:
                     self._check_restricted(RPC_GROUPS[method.__name__], context)
-                return await method(self, request, context)
+                return await method(self, request, context, **options)
             except ServerError as exc:
                 code, message, trailers = status_for(exc), str(exc), retry_pushback(exc)
             except Exception as exc:

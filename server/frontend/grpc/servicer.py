@@ -131,12 +131,13 @@ class InferenceServicer(AdminRpcs, pb_grpc.GRPCInferenceServiceServicer):
         )
 
     @edge
-    async def ModelInfer(self, request: bytes, context: Any) -> bytes:
+    async def ModelInfer(self, request: bytes, context: Any, form: str | None = None) -> bytes:
         """The request comes as its client sent it, and the answer goes serialized
-        (`encode_response_bytes`; `inference_handler` registers both so). Where the servicer
-        passes calls on (`forward`), the bytes go to the core as they are, unless the call's
-        metadata must reach the request (tracing, forwarded headers)."""
-        form = metadata_format(context.invocation_metadata())  # a balancer's load report
+        (`encode_response_bytes`; `inference_handler` registers both so). `form`: the format
+        of the load report a balancer asks for in the call's metadata (None: none), which
+        `inference_handler` reads as it looks the call's handler up. Where the servicer passes
+        calls on (`forward`), the bytes go to the core as they are, unless the call's metadata
+        must reach the request (tracing, forwarded headers)."""
         forward = self._forward
         if forward is not None and not self._core.info.tracing and not self._forwarding.active:
             answer = await forward.infer_serialized(request, deadline_ns(context), form is not None)
