@@ -105,10 +105,6 @@ class CudaOrtInstance(OrtInstance):
             ) from exc
 
     @property
-    def device(self) -> Device:
-        return self._device
-
-    @property
     def stream(self) -> Any:
         """The CuPy stream this instance computes on; device consumers of its outputs may wait
         on it. None once closed."""

@@ -23,6 +23,7 @@ from backends.base import (
 )
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from backends.in_process import InProcess
 from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
 from backends.onnxruntime._accelerators import CPU_PROVIDER, check_available, check_used
@@ -72,13 +73,14 @@ NUMPY_TYPES: dict[str, np.dtype[Any]] = {
 }
 
 
-class OrtInstance:
+class OrtInstance(InProcess):
     """One session of one model version; `execute` runs on the instance's single worker thread."""
 
     def __init__(self, name: str, session: ort.InferenceSession, signature: ModelSignature):
         self._name = name
         self._session = session
         self._signature = signature
+        self._device = _CPU  # a CUDA session's instance sets its own
         self._output_names = [t.name for t in signature.outputs]
         self._bf16_inputs = {t.name for t in signature.inputs if t.data_type == mc.TYPE_BF16}
         self._bf16_outputs = {t.name for t in signature.outputs if t.data_type == mc.TYPE_BF16}
@@ -123,25 +125,6 @@ class OrtInstance:
                 )
                 session = open_session(single_thread=True)
         return cls(name, session, signature)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def signature(self) -> ModelSignature:
-        return self._signature
-
-    @property
-    def healthy(self) -> bool:
-        return True  # its session lives in this process
-
-    async def ready(self) -> bool:
-        return self.healthy
-
-    @property
-    def device(self) -> Device:
-        return _CPU
 
     @property
     def providers(self) -> list[str]:

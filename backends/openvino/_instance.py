@@ -16,6 +16,7 @@ from backends.assemble import concat_inputs, request_rows, split_outputs
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap, TensorSignature
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.in_process import InProcess
 from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
 from backends.openvino._settings import OpenVinoSettings
@@ -65,7 +66,7 @@ def import_openvino() -> Any:
     return ov
 
 
-class OpenVinoInstance:
+class OpenVinoInstance(InProcess):
     """One compiled copy of one model version and its infer request, on its own thread."""
 
     def __init__(
@@ -80,6 +81,7 @@ class OpenVinoInstance:
         self._compiled = compiled
         self._request = compiled.create_infer_request()
         self._signature = signature
+        self._device = _CPU
         self._output_names = [t.name for t in signature.outputs]
         self._fixed_batch = fixed_batch  # > 0: compiled for exactly this batch size
         self._batch_padding = batch_padding  # a smaller batch is padded up to the fixed one
@@ -109,25 +111,6 @@ class OpenVinoInstance:
                 f"{_first_line(exc)}"
             ) from exc
         return cls(name, compiled, signature, fixed_batch, settings.batch_padding)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def signature(self) -> ModelSignature:
-        return self._signature
-
-    @property
-    def healthy(self) -> bool:
-        return True  # its session lives in this process
-
-    async def ready(self) -> bool:
-        return self.healthy
-
-    @property
-    def device(self) -> Device:
-        return _CPU
 
     def compiled_property(self, key: str) -> str:
         """A property of the compiled model as OpenVINO reports it, e.g. NUM_STREAMS."""

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap
+from backends.base import ExecutionResult, Parameters, TensorMap
 from backends.device import Device, host_tensors
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.in_process import InProcess
 from backends.instance_thread import InstanceThread
 from backends.pytorch._instance import _config_signature, _from_numpy, _to_numpy
 from backends.pytorch._runtime import TORCH_DTYPES, apply_process_settings, import_torch
@@ -82,7 +83,7 @@ def _match(
     return tuple(sorted(matched.items(), key=lambda item: item[1]))
 
 
-class AotiInstance:
+class AotiInstance(InProcess):
     """One loaded AOTInductor package of one model version; `execute` runs on its own thread."""
 
     def __init__(
@@ -95,7 +96,7 @@ class AotiInstance:
         self._device = device
         self._settings = TorchSettings.from_config(config)
         self._output_types = {t.name: t.data_type for t in config.output}
-        self._signature = _config_signature(config)
+        self._signature = _config_signature(config)  # an Inductor package is not auto-completed
         torch = self._torch
         self._target = torch.device("cuda", device.id) if device.is_cuda else torch.device("cpu")
         self._worker = InstanceThread(name)
@@ -138,26 +139,6 @@ class AotiInstance:
             )
         io = plan_aoti_io(config, in_spec, out_spec)
         return cls(name, runner, io, config, device)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def signature(self) -> ModelSignature:
-        """The config's own tensors (an Inductor package is not auto-completed)."""
-        return self._signature
-
-    @property
-    def healthy(self) -> bool:
-        return True  # its package lives in this process
-
-    async def ready(self) -> bool:
-        return self.healthy
-
-    @property
-    def device(self) -> Device:
-        return self._device
 
     async def execute(
         self,

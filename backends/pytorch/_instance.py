@@ -15,6 +15,7 @@ from backends.assemble import concat_inputs, request_rows, split_outputs
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap, TensorSignature
 from backends.device import Device, host_tensors, import_cupy, is_device_array
 from backends.errors import BackendError, ExecutionError, ModelLoadError
+from backends.in_process import InProcess
 from backends.inline import InlineRule
 from backends.instance_thread import InstanceThread
 from backends.pytorch._naming import ForwardArgument, TorchIO, named_index_only, plan_io
@@ -30,7 +31,7 @@ from proto import model_config_pb2 as mc
 _TYPE_OF_DTYPE = {attribute: data_type for data_type, attribute in TORCH_DTYPES.items()}
 
 
-class TorchInstance:
+class TorchInstance(InProcess):
     """One loaded TorchScript module of one model version; `execute` runs on its own thread."""
 
     def __init__(
@@ -49,6 +50,7 @@ class TorchInstance:
         self._settings = TorchSettings.from_config(config)
         self._device = device
         self._batching = config.max_batch_size > 0
+        # The config's own tensors: a TorchScript file states no types or shapes to check.
         self._signature = _config_signature(config)
         self._output_types = {t.name: t.data_type for t in config.output}
         torch = self._torch
@@ -78,26 +80,6 @@ class TorchInstance:
             for tensor in tensors:
                 torch_dtype(torch, config.name, side, tensor.name, tensor.data_type)
         return cls(name, module, io, config, device)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def signature(self) -> ModelSignature:
-        """The config's own tensors: a TorchScript file states no types or shapes to check."""
-        return self._signature
-
-    @property
-    def healthy(self) -> bool:
-        return True  # its session lives in this process
-
-    async def ready(self) -> bool:
-        return self.healthy
-
-    @property
-    def device(self) -> Device:
-        return self._device
 
     @property
     def stream(self) -> Any:
