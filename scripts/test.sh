@@ -29,10 +29,11 @@ step "ruff check" ruff check .
 step "ruff format --check" ruff format --check .
 step "lint-imports" lint-imports
 step "mypy" mypy
-# The documentation site into site/ (ignored by git): a broken link, a missing page or a page
-# left out of the navigation fails it. tests/docs then opens every page in headless Chromium.
+# The documentation site into site/ (ignored by git): a broken link or anchor, a missing page or
+# a page left out of the navigation fails it (not --quiet: it hides the warnings that --strict
+# counts, and the build then passes). tests/docs then opens every page in headless Chromium.
 export DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1  # the theme's and a plugin's banners
-step "mkdocs build --strict" mkdocs build --strict --quiet
+step "mkdocs build --strict" mkdocs build --strict
 # ONNX Runtime's usage telemetry off in the test run's own processes too, as in the server's
 # (server.contract.framework_telemetry); the environment's own choice rules.
 export ORT_DISABLE_TELEMETRY="${ORT_DISABLE_TELEMETRY:-1}"
