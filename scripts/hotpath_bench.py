@@ -93,6 +93,10 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "split_body",
             "parse_json",
             "requested_outputs",
+            # The HTTP front end's reads and its parser's callbacks.
+            "Connection.data_received",
+            "Connection.on_",
+            "Connection._count_head",
         ),
     ),
     (
@@ -110,6 +114,11 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "_response ",
             "LocalCore._answer",
             "stream_message",
+            # The HTTP answer's head and its write to the socket (the send itself, which
+            # uvloop makes holding the GIL; grpc.aio's sends are its own threads').
+            "Connection._head",
+            "Connection._write",
+            "Connection._stream",
         ),
     ),
     # The event loop's polling after the last answer (server.contract.idle_poll): the time

@@ -38,6 +38,14 @@ def test_convoy_frames_without_a_stage_are_the_rest_of_the_path() -> None:
     assert hotpath_bench.classify(stack) == hotpath_bench.REST
 
 
+def test_the_http_front_ends_reads_and_writes_are_its_receive_and_answer() -> None:
+    connection = "Connection.answer (server/frontend/http/connection.py:226)"
+    write = "Connection._write (server/frontend/http/connection.py:257)"
+    assert hotpath_bench.classify([*ENTRY, LOOP, connection, write]) == "encode and answer"
+    read = "Connection.on_body (server/frontend/http/connection.py:175)"
+    assert hotpath_bench.classify([*ENTRY, LOOP, read]) == "receive and decode"
+
+
 def test_the_idle_poll_between_requests_is_a_stage_of_its_own() -> None:
     stack = [*ENTRY, LOOP, "IdlePoll._poll (server/contract/idle_poll.py:60)"]
     assert hotpath_bench.classify(stack) == "idle poll"
