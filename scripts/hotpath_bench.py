@@ -93,6 +93,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "split_body",
             "parse_json",
             "requested_outputs",
+            # A stream's reader: grpc.aio's read of its next message (Cython, without a frame
+            # of its own) and the task each request is given.
+            "InferenceServicer.ModelStreamInfer.<locals>.read",
             # The HTTP front end's reads and its parser's callbacks.
             "Connection.data_received",
             "Connection.on_",

@@ -46,6 +46,13 @@ def test_the_http_front_ends_reads_and_writes_are_its_receive_and_answer() -> No
     assert hotpath_bench.classify([*ENTRY, LOOP, read]) == "receive and decode"
 
 
+def test_a_streams_reads_are_its_receive() -> None:
+    reader = (
+        "InferenceServicer.ModelStreamInfer.<locals>.read (server/frontend/grpc/servicer.py:221)"
+    )
+    assert hotpath_bench.classify([*ENTRY, LOOP, reader]) == "receive and decode"
+
+
 def test_the_idle_poll_between_requests_is_a_stage_of_its_own() -> None:
     stack = [*ENTRY, LOOP, "IdlePoll._poll (server/contract/idle_poll.py:60)"]
     assert hotpath_bench.classify(stack) == "idle poll"
