@@ -22,17 +22,25 @@ run against a fresh server on this machine.
               cold start (load) time, and 32 requests racing the reload
 
 Usage: python scripts/latency_bench.py [target|deadlines|fair|keep-alive ...] [--seconds 6]
-       [--target-ms 50]
+       [--target-ms 50] [--server-cpus 1 --client-cpus 0]
+
+With --server-cpus and --client-cpus the servers and this load generator run on CPUs of their own
+(as a server and its remote clients would): on a machine whose few cores they otherwise share, the
+clients' work slows whatever the server computes beside it, and a policy that keeps the server
+busy in small batches while clients send pays for it where one that waits for big batches does
+not. The target bench prints, for each saturation phase, how busy the model's instance was and
+what an image cost it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -52,10 +60,13 @@ from scripts.latency_harness import (
     RETRYING,
     Call,
     Tally,
+    batch_times,
     closed_loop,
+    cpu_list,
     drain,
     flat_config,
     grpc_resnet,
+    instance_use,
     metric,
     open_loop,
     p99_ms,
@@ -66,7 +77,9 @@ from scripts.latency_harness import (
 )
 
 
-def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None:
+def bench_target(
+    scratch: Path, seconds: float, target_ms: float = 50.0, cpus: str | None = None
+) -> None:
     repository = scratch / "target"
     fixed = write_resnet18(repository)
     metrics = (
@@ -85,19 +98,31 @@ def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None
     (targeted / "config.pbtxt").write_text(
         config.replace('name: "resnet18"', 'name: "resnet18_target"') + parameter
     )
-    with serve(repository, "--metrics-config", "histogram_latencies=true") as server:
+    with serve(repository, "--metrics-config", "histogram_latencies=true", cpus=cpus) as server:
 
         async def run() -> None:
             client = grpcaio.InferenceServerClient(server.grpc)
             await closed_loop(grpc_resnet(client, "resnet18"), 2, 2)  # warm both
             await closed_loop(grpc_resnet(client, "resnet18_target"), 2, 2)
-            capacity = await closed_loop(grpc_resnet(client, "resnet18"), 16, seconds)
+
+            async def timed(model: str, phase: Awaitable[float]) -> tuple[float, str]:
+                before, started = batch_times(server, model), time.monotonic()
+                result = await phase
+                elapsed = time.monotonic() - started
+                return result, instance_use(before, batch_times(server, model), elapsed)
+
+            capacity, fixed_use = await timed(
+                "resnet18", closed_loop(grpc_resnet(client, "resnet18"), 16, seconds)
+            )
             # Clients that obey the refusals' turns first: after a flood of clients that ignore
             # them, the line of turns told reaches up to a second ahead for a second.
             retrying = grpcaio.InferenceServerClient(server.grpc, channel_args=RETRYING)
-            obeying = await closed_loop(grpc_resnet(retrying, "resnet18_target"), 16, seconds)
+            obeying, obeying_use = await timed(
+                "resnet18_target",
+                closed_loop(grpc_resnet(retrying, "resnet18_target"), 16, seconds),
+            )
             saturated = await closed_loop(grpc_resnet(client, "resnet18_target"), 16, seconds)
-            print(f"capacity (fixed delay, 16 in flight): {capacity:.1f} infer/s")
+            print(f"capacity (fixed delay, 16 in flight): {capacity:.1f} infer/s; {fixed_use}")
             print(
                 f"saturation with the {target_ms:g} ms target, 16 clients that resend at once: "
                 f"{saturated:.1f} infer/s answered ({saturated / capacity:.2f} of the fixed "
@@ -106,19 +131,23 @@ def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None
             print(
                 f"saturation with the {target_ms:g} ms target, 16 clients whose gRPC retry "
                 f"policy waits out each refusal's grpc-retry-pushback-ms: {obeying:.1f} infer/s "
-                f"answered ({obeying / capacity:.2f} of the fixed config's)"
+                f"answered ({obeying / capacity:.2f} of the fixed config's); {obeying_use}"
             )
-            answered = {}
+
+            async def flooded(model: str) -> float:  # answers per second
+                tally, started = Tally([]), time.monotonic()
+                await open_loop(grpc_resnet(client, model), 2 * capacity, seconds, tally)
+                return len(tally.ok) / (time.monotonic() - started)
+
+            answered, use = {}, {}
             for model in ("resnet18", "resnet18_target"):
                 await drain(server, model)
-                tally = Tally([])
-                started = time.monotonic()
-                await open_loop(grpc_resnet(client, model), 2 * capacity, seconds, tally)
-                answered[model] = len(tally.ok) / (time.monotonic() - started)
+                answered[model], use[model] = await timed(model, flooded(model))
             print(
                 f"saturation, open-loop arrivals at 2x capacity: fixed {answered['resnet18']:.1f}"
                 f", target {answered['resnet18_target']:.1f} infer/s answered "
-                f"({answered['resnet18_target'] / answered['resnet18']:.2f})"
+                f"({answered['resnet18_target'] / answered['resnet18']:.2f}); fixed: "
+                f"{use['resnet18']}; target: {use['resnet18_target']}"
             )
             for share in (0.4, 0.6, 0.8):
                 row = []
@@ -148,10 +177,10 @@ def bench_target(scratch: Path, seconds: float, target_ms: float = 50.0) -> None
 # -- deadlines ---------------------------------------------------------------------------------
 
 
-def bench_deadlines(scratch: Path, seconds: float) -> None:
+def bench_deadlines(scratch: Path, seconds: float, cpus: str | None = None) -> None:
     repository = scratch / "deadlines"
     models.write_python_model(repository, "flat", FLAT, flat_config("flat", 0.04, 2))
-    with serve(repository) as server:
+    with serve(repository, cpus=cpus) as server:
 
         async def run() -> None:
             client = httpaio.InferenceServerClient(server.http, conn_limit=512)
@@ -203,7 +232,7 @@ def bench_deadlines(scratch: Path, seconds: float) -> None:
 # -- keep-alive --------------------------------------------------------------------------------
 
 
-def bench_keep_alive(scratch: Path, rounds: int = 3) -> None:
+def bench_keep_alive(scratch: Path, cpus: str | None = None, rounds: int = 3) -> None:
     repository = scratch / "keep_alive"
     model_dir = write_mlp(repository)
     config = model_dir / "config.pbtxt"
@@ -212,7 +241,7 @@ def bench_keep_alive(scratch: Path, rounds: int = 3) -> None:
         + 'parameters { key: "convoy_keep_alive_s" value: { string_value: "1" } }\n'
     )
     x = np.random.default_rng(0).random((1, 256), dtype=np.float32)
-    with serve(repository, "--model-control-mode", "explicit") as server:
+    with serve(repository, "--model-control-mode", "explicit", cpus=cpus) as server:
 
         async def run() -> None:
             client = grpcaio.InferenceServerClient(server.grpc)
@@ -260,10 +289,12 @@ def bench_keep_alive(scratch: Path, rounds: int = 3) -> None:
 
 
 BENCHES: dict[str, Callable[[Path, argparse.Namespace], None]] = {
-    "target": lambda scratch, args: bench_target(scratch, args.seconds, args.target_ms),
-    "deadlines": lambda scratch, args: bench_deadlines(scratch, args.seconds),
-    "fair": lambda scratch, args: bench_fair(scratch, args.seconds),
-    "keep-alive": lambda scratch, args: bench_keep_alive(scratch),
+    "target": lambda scratch, args: bench_target(
+        scratch, args.seconds, args.target_ms, args.server_cpus
+    ),
+    "deadlines": lambda scratch, args: bench_deadlines(scratch, args.seconds, args.server_cpus),
+    "fair": lambda scratch, args: bench_fair(scratch, args.seconds, args.server_cpus),
+    "keep-alive": lambda scratch, args: bench_keep_alive(scratch, args.server_cpus),
 }
 
 
@@ -272,7 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("benches", nargs="*", help=f"any of {', '.join(BENCHES)} (default: all)")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each window")
     parser.add_argument("--target-ms", type=float, default=50.0, help="the target bench's target")
+    parser.add_argument(
+        "--server-cpus", help="the CPUs the servers run on (a taskset list, e.g. 1); default any"
+    )
+    parser.add_argument("--client-cpus", help="the CPUs this client runs on (e.g. 0); default any")
     args = parser.parse_args(argv)
+    if args.client_cpus:
+        os.sched_setaffinity(0, cpu_list(args.client_cpus))
     unknown = sorted(set(args.benches) - set(BENCHES))
     if unknown:
         parser.error(f"unknown bench(es) {unknown}: choose from {', '.join(BENCHES)}")

@@ -32,12 +32,12 @@ from scripts.latency_harness import (
 HEAVY_LEAD_S = 1.0  # the heavy client's sending before the light clients' window opens
 
 
-def bench_fair(scratch: Path, seconds: float) -> None:
+def bench_fair(scratch: Path, seconds: float, cpus: str | None = None) -> None:
     repository = scratch / "fair"
     for name, fair in (("flat_fifo", False), ("flat_fair", True)):
         models.write_python_model(repository, name, FLAT, flat_config(name, 0.1, 4, fair))
     light_rate = 4.0  # each light client; the heavy one sends 10x, past the 40/s capacity
-    with serve(repository, "--fair-share-header", "x-client") as server:
+    with serve(repository, "--fair-share-header", "x-client", cpus=cpus) as server:
 
         async def run() -> None:
             client = grpcaio.InferenceServerClient(server.grpc)

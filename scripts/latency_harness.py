@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,23 +39,39 @@ class Server:
 
 
 @contextlib.contextmanager
-def serve(repository: Path, *flags: str) -> Iterator[Server]:
+def serve(repository: Path, *flags: str, cpus: str | None = None) -> Iterator[Server]:
+    """A server on fresh ports; `cpus`: the CPUs it may run on (taskset's list), else any."""
     command = [sys.executable, "-m", "server", "serve", "--model-repository", str(repository)]
     command += ["--grpc-port", "0", "--http-port", "0", "--metrics-port", "0", *flags]
+    if cpus is not None:
+        command = ["taskset", "-c", cpus, *command]
     log = repository.parent / f"server-{time.monotonic_ns()}.log"
     with server_process(command, log, SERVING) as (_, ports):
         grpc_port, metrics_port, http_port = ports
         yield Server(f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}", str(metrics_port))
 
 
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of taskset's list form ("0", "0,2", "0-3")."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def p99_ms(latencies_s: list[float]) -> float:
     return float(np.percentile(latencies_s, 99) * 1000) if latencies_s else float("nan")
 
 
-def statistics(server: Server, model: str) -> dict[str, int]:
+def _model_stats(server: Server, model: str) -> dict[str, Any]:
     url = f"http://{server.http}/v2/models/{model}/stats"
     with urllib.request.urlopen(url) as page:
-        stats = json.loads(page.read())["model_stats"][0]
+        return dict(json.loads(page.read())["model_stats"][0])
+
+
+def statistics(server: Server, model: str) -> dict[str, int]:
+    stats = _model_stats(server, model)
     inference = stats["inference_stats"]
     return {
         "executions": int(stats.get("execution_count", 0)),
@@ -63,6 +80,36 @@ def statistics(server: Server, model: str) -> dict[str, int]:
         "fail": int(inference["fail"]["count"]),
         "fail_ns": int(inference["fail"]["ns"]),
     }
+
+
+def batch_times(server: Server, model: str) -> dict[int, tuple[int, int]]:
+    """The model's executions so far by batch size: size -> (count, compute infer ns)."""
+    return {
+        int(entry["batch_size"]): (
+            int(entry["compute_infer"]["count"]),
+            int(entry["compute_infer"]["ns"]),
+        )
+        for entry in _model_stats(server, model).get("batch_stats", [])
+    }
+
+
+def instance_use(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], seconds: float
+) -> str:
+    """How busy the model's instance was between two `batch_times` readings and what an image
+    cost it: its compute share of the window, the mean batch and the compute per image."""
+    batches = images = busy_ns = 0
+    for size, (count, ns) in after.items():
+        count_before, ns_before = before.get(size, (0, 0))
+        batches += count - count_before
+        images += (count - count_before) * size
+        busy_ns += ns - ns_before
+    if not batches:
+        return "no batches"
+    return (
+        f"instance computing {busy_ns / 1e9 / seconds:.0%} of the time, batches of "
+        f"{images / batches:.1f}, {busy_ns / images / 1e6:.1f} ms per image"
+    )
 
 
 def metrics_page(server: Server) -> str:
