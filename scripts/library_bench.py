@@ -1,0 +1,173 @@
+"""Where a server's CPU per request goes, library by library: Convoy against the bare grpc.aio
+server, both measured in the same run, so that what Convoy adds shows where it is spent.
+
+Usage: python scripts/library_bench.py [--seconds 5] [--rounds 1]
+
+The cases are scripts/hotpath_bench.py's unary gRPC ones, in process: mlp without batching at
+c = 1 (`mlp_off`) and with the seed's batching at c = 32 (`mlp_on`), perf_analyzer (`-b 1 -s
+999`) keeping each server busy. While it does, `perf record` samples every thread of the
+server's process (the CPU clock, `--seconds` long), and each sample goes to the library its
+instruction lies in: the kernel, the interpreter, gRPC's core, ONNX Runtime (its kernels
+included), protobuf, NumPy, uvloop, libc. Each library's samples over the requests served in
+the window are its microseconds of CPU per request. Each round measures Convoy, then the bare
+server twice, then Convoy again (A B B A), and each cell is the mean of its runs. py-spy's stage
+table (hotpath_bench.py) splits the time that holds the GIL by Convoy's stages; this one counts
+all CPU, the kernel's and gRPC's threads' included, which is what the CPU target compares.
+
+Needs `perf` (Debian's `linux-perf`) and the right to sample the server (root, or
+kernel.perf_event_paranoid at 1 or less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.bench_drivers import perf_analyzer_command, run_perf_analyzer, server_process
+from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
+from scripts.hotpath_bench import build_repository, server_commands
+
+SAMPLES_PER_S = 2999
+# (the row's name, what the library's file name starts with)
+LIBRARIES = (
+    ("the kernel", "[kernel"),
+    ("the interpreter (libpython)", "libpython"),
+    ("gRPC's core (cygrpc)", "cygrpc"),
+    ("ONNX Runtime", "onnxruntime"),
+    ("protobuf (upb)", "_message"),
+    ("NumPy", "_multiarray"),
+    ("uvloop", "loop."),
+    ("libc", "libc."),
+)
+OTHER = "the rest"
+ROWS = (*(name for name, _ in LIBRARIES), OTHER)
+CASES = ((1, "mlp_off"), (32, "mlp_on"))
+
+PerLibrary = dict[str, float]  # row -> us of CPU per request
+
+
+def library_of(dso: str) -> str:
+    """The row a sample's library (perf's dso) counts in."""
+    for name, prefix in LIBRARIES:
+        if dso.startswith(prefix):
+            return name
+    return OTHER
+
+
+def samples_by_library(report: Iterable[str]) -> collections.Counter[str]:
+    """Samples per row from `perf report --sort dso -F sample,dso` lines ("  6539  [vdso]")."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in report:
+        count, _, dso = line.strip().partition(" ")
+        if count.isdigit():
+            counts[library_of(dso.strip())] += int(count)
+    return counts
+
+
+def _measure(
+    pid: int, url: str, model: str, concurrency: int, seconds: float, scratch: Path
+) -> PerLibrary | None:
+    """One server's CPU per request by library, under perf_analyzer's load; None if it failed."""
+    csv_path, data = scratch / "pa.csv", scratch / "perf.data"
+    csv_path.unlink(missing_ok=True)
+    window_ms = int(seconds * 1000)
+    load = perf_analyzer_command(url, model, concurrency, window_ms, csv_path, "grpc", trials=3)
+    process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(seconds / 2)  # past perf_analyzer's warm-up
+    record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLES_PER_S)]
+    record += ["-p", str(pid), "-o", str(data), "--", "sleep", str(seconds)]
+    recorded = subprocess.run(record, capture_output=True, text=True, check=False)
+    process.wait()
+    if recorded.returncode != 0 or not csv_path.exists():
+        print(f"library_bench: perf record failed: {recorded.stderr.strip()[-300:]}")
+        return None
+    report = ["perf", "report", "-i", str(data), "--sort", "dso", "--stdio", "-q"]
+    report += ["-F", "sample,dso"]
+    text = subprocess.run(report, capture_output=True, text=True, check=True).stdout
+    with csv_path.open(newline="") as f:
+        requests = float(next(csv.DictReader(f))["Inferences/Second"]) * seconds
+    counts = samples_by_library(text.splitlines())
+    return {row: counts[row] / SAMPLES_PER_S / requests * 1e6 for row in ROWS}
+
+
+def mean(runs: Sequence[PerLibrary | None]) -> PerLibrary | None:
+    good = [run for run in runs if run is not None]
+    if not good:
+        return None
+    return {row: sum(run[row] for run in good) / len(good) for row in ROWS}
+
+
+def table(results: dict[tuple[int, str], PerLibrary | None]) -> list[str]:
+    """The markdown table: a row per library, Convoy's and the bare server's us per request and
+    their difference at each concurrency, then the totals."""
+    header = "| library |"
+    for c, _ in CASES:
+        header += f" Convoy, c = {c} | bare, c = {c} | difference |"
+    lines = [header, "| --- |" + " --- | --- | --- |" * len(CASES)]
+    for row in (*ROWS, "total"):
+        cells = []
+        for c, _ in CASES:
+            ours, bare = results.get((c, "convoy")), results.get((c, "bare"))
+            if ours is None or bare is None:
+                cells += ["-", "-", "-"]
+                continue
+            a = sum(ours.values()) if row == "total" else ours[row]
+            b = sum(bare.values()) if row == "total" else bare[row]
+            cells += [f"{a:.1f}", f"{b:.1f}", f"{a - b:+.1f}"]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="perf's window per run")
+    parser.add_argument("--rounds", type=int, default=1, help="A B B A rounds per case")
+    args = parser.parse_args(argv)
+    if shutil.which("perf") is None:
+        sys.exit("library_bench: needs perf (apt-get install linux-perf)")
+    with tempfile.TemporaryDirectory(prefix="library-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        convoy, canned = server_commands(build_repository(scratch))
+        results: dict[tuple[int, str], PerLibrary | None] = {}
+        with (
+            server_process(canned, scratch / "canned.log", GRPC_LINE) as (bare_pid, (bare,)),
+            server_process(convoy, scratch / "convoy.log", CONVOY_LINE) as (pid, ports),
+        ):
+            servers = {
+                "convoy": (pid, f"127.0.0.1:{ports[0]}"),
+                "bare": (bare_pid, f"127.0.0.1:{bare}"),
+            }
+            for c, model in CASES:
+                for name, (_, url) in servers.items():  # warm both
+                    warm_csv = scratch / "warm.csv"
+                    run_perf_analyzer(
+                        url, model if name == "convoy" else "mlp_on", c, 1000, warm_csv, "grpc"
+                    )
+                runs: dict[str, list[PerLibrary | None]] = {"convoy": [], "bare": []}
+                for _ in range(args.rounds):
+                    for name in ("convoy", "bare", "bare", "convoy"):
+                        server_pid, url = servers[name]
+                        served = model if name == "convoy" else "mlp_on"
+                        runs[name].append(
+                            _measure(server_pid, url, served, c, args.seconds, scratch)
+                        )
+                for name, measured in runs.items():
+                    results[(c, name)] = mean(measured)
+                print(f"c = {c} done", flush=True)
+        print("\nCPU per request, us, by library (perf, every thread of each server):\n")
+        print("\n".join(table(results)))
+
+
+if __name__ == "__main__":
+    main()
