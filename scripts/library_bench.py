@@ -1,12 +1,12 @@
 """Where a server's CPU per request goes, library by library: Convoy against the bare grpc.aio
 server, both measured in the same run, so that what Convoy adds shows where it is spent.
 
-Usage: python scripts/library_bench.py [--seconds 5] [--rounds 1]
+Usage: python scripts/library_bench.py [--seconds 5] [--rounds 1] [--python]
 
 The cases are scripts/hotpath_bench.py's unary gRPC ones, in process: mlp without batching at
 c = 1 (`mlp_off`) and with the seed's batching at c = 32 (`mlp_on`), perf_analyzer (`-b 1 -s
 999`) keeping each server busy. While it does, `perf record` samples every thread of the
-server's process (the CPU clock, `--seconds` long), and each sample goes to the library its
+server's process tree (the CPU clock, `--seconds` long), and each sample goes to the library its
 instruction lies in: the kernel, the interpreter, gRPC's core, ONNX Runtime (its kernels
 included), protobuf, NumPy, uvloop, libc. Each library's samples over the requests served in
 the window are its microseconds of CPU per request. Each round measures Convoy, then the bare
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import shutil
 import subprocess
@@ -29,11 +30,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scripts import python_bench
 from scripts.bench_drivers import perf_analyzer_command, run_perf_analyzer, server_process
 from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
 from scripts.hotpath_bench import build_repository, server_commands
@@ -52,9 +55,27 @@ LIBRARIES = (
 )
 OTHER = "the rest"
 ROWS = (*(name for name, _ in LIBRARIES), OTHER)
-CASES = ((1, "mlp_off"), (32, "mlp_on"))
 
 PerLibrary = dict[str, float]  # row -> us of CPU per request
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One of the two compared: a server (its process tree) and the model it is asked for."""
+
+    label: str
+    pid: int
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    concurrency: int
+    models: tuple[str, str]  # each side's model
+
+
+CASES = (Case(1, ("mlp_off", "mlp_on")), Case(32, ("mlp_on", "mlp_on")))
+PYTHON_CASES = (Case(8, ("mlp_python", "mlp_on")), Case(32, ("mlp_python", "mlp_on")))
 
 
 def library_of(dso: str) -> str:
@@ -75,18 +96,32 @@ def samples_by_library(report: Iterable[str]) -> collections.Counter[str]:
     return counts
 
 
+def process_tree(root: int) -> list[int]:
+    """`root` and its descendants (a server's worker processes)."""
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            todo.extend(int(child) for child in task.read_text().split())
+    return tree
+
+
 def _measure(
-    pid: int, url: str, model: str, concurrency: int, seconds: float, scratch: Path
+    side: Side, model: str, concurrency: int, seconds: float, scratch: Path
 ) -> PerLibrary | None:
-    """One server's CPU per request by library, under perf_analyzer's load; None if it failed."""
+    """One side's CPU per request by library, under perf_analyzer's load; None if it failed."""
     csv_path, data = scratch / "pa.csv", scratch / "perf.data"
     csv_path.unlink(missing_ok=True)
     window_ms = int(seconds * 1000)
-    load = perf_analyzer_command(url, model, concurrency, window_ms, csv_path, "grpc", trials=3)
+    load = perf_analyzer_command(
+        side.url, model, concurrency, window_ms, csv_path, "grpc", trials=3
+    )
     process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(seconds / 2)  # past perf_analyzer's warm-up
+    pids = ",".join(str(pid) for pid in process_tree(side.pid))
     record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLES_PER_S)]
-    record += ["-p", str(pid), "-o", str(data), "--", "sleep", str(seconds)]
+    record += ["-p", pids, "-o", str(data), "--", "sleep", str(seconds)]
     recorded = subprocess.run(record, capture_output=True, text=True, check=False)
     process.wait()
     if recorded.returncode != 0 or not csv_path.exists():
@@ -108,22 +143,44 @@ def mean(runs: Sequence[PerLibrary | None]) -> PerLibrary | None:
     return {row: sum(run[row] for run in good) / len(good) for row in ROWS}
 
 
-def table(results: dict[tuple[int, str], PerLibrary | None]) -> list[str]:
-    """The markdown table: a row per library, Convoy's and the bare server's us per request and
-    their difference at each concurrency, then the totals."""
+Results = dict[int, tuple[PerLibrary | None, PerLibrary | None]]  # concurrency -> both sides
+
+
+def compare(
+    sides: tuple[Side, Side], cases: Sequence[Case], seconds: float, rounds: int, scratch: Path
+) -> Results:
+    """Each case, A B B A `rounds` times; each side's mean by library."""
+    results: Results = {}
+    for case in cases:
+        for side, model in zip(sides, case.models, strict=True):  # warm both
+            run_perf_analyzer(side.url, model, case.concurrency, 1000, scratch / "warm.csv", "grpc")
+        runs: tuple[list[PerLibrary | None], list[PerLibrary | None]] = ([], [])
+        for _ in range(rounds):
+            for index in (0, 1, 1, 0):
+                measured = _measure(
+                    sides[index], case.models[index], case.concurrency, seconds, scratch
+                )
+                runs[index].append(measured)
+        results[case.concurrency] = (mean(runs[0]), mean(runs[1]))
+        print(f"c = {case.concurrency} done", flush=True)
+    return results
+
+
+def table(labels: tuple[str, str], results: Results) -> list[str]:
+    """The markdown table: a row per library, both sides' us per request and their difference
+    (the first's over the second's) at each concurrency, then the totals."""
     header = "| library |"
-    for c, _ in CASES:
-        header += f" Convoy, c = {c} | bare, c = {c} | difference |"
-    lines = [header, "| --- |" + " --- | --- | --- |" * len(CASES)]
+    for c in results:
+        header += f" {labels[0]}, c = {c} | {labels[1]}, c = {c} | difference |"
+    lines = [header, "| --- |" + " --- | --- | --- |" * len(results)]
     for row in (*ROWS, "total"):
         cells = []
-        for c, _ in CASES:
-            ours, bare = results.get((c, "convoy")), results.get((c, "bare"))
-            if ours is None or bare is None:
+        for first, second in results.values():
+            if first is None or second is None:
                 cells += ["-", "-", "-"]
                 continue
-            a = sum(ours.values()) if row == "total" else ours[row]
-            b = sum(bare.values()) if row == "total" else bare[row]
+            a = sum(first.values()) if row == "total" else first[row]
+            b = sum(second.values()) if row == "total" else second[row]
             cells += [f"{a:.1f}", f"{b:.1f}", f"{a - b:+.1f}"]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return lines
@@ -133,40 +190,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="perf's window per run")
     parser.add_argument("--rounds", type=int, default=1, help="A B B A rounds per case")
+    parser.add_argument(
+        "--python", action="store_true", help="the ONNX backend against model.py in a worker"
+    )
     args = parser.parse_args(argv)
     if shutil.which("perf") is None:
         sys.exit("library_bench: needs perf (apt-get install linux-perf)")
     with tempfile.TemporaryDirectory(prefix="library-") as scratch_dir:
         scratch = Path(scratch_dir)
-        convoy, canned = server_commands(build_repository(scratch))
-        results: dict[tuple[int, str], PerLibrary | None] = {}
-        with (
-            server_process(canned, scratch / "canned.log", GRPC_LINE) as (bare_pid, (bare,)),
-            server_process(convoy, scratch / "convoy.log", CONVOY_LINE) as (pid, ports),
-        ):
-            servers = {
-                "convoy": (pid, f"127.0.0.1:{ports[0]}"),
-                "bare": (bare_pid, f"127.0.0.1:{bare}"),
-            }
-            for c, model in CASES:
-                for name, (_, url) in servers.items():  # warm both
-                    warm_csv = scratch / "warm.csv"
-                    run_perf_analyzer(
-                        url, model if name == "convoy" else "mlp_on", c, 1000, warm_csv, "grpc"
-                    )
-                runs: dict[str, list[PerLibrary | None]] = {"convoy": [], "bare": []}
-                for _ in range(args.rounds):
-                    for name in ("convoy", "bare", "bare", "convoy"):
-                        server_pid, url = servers[name]
-                        served = model if name == "convoy" else "mlp_on"
-                        runs[name].append(
-                            _measure(server_pid, url, served, c, args.seconds, scratch)
-                        )
-                for name, measured in runs.items():
-                    results[(c, name)] = mean(measured)
-                print(f"c = {c} done", flush=True)
-        print("\nCPU per request, us, by library (perf, every thread of each server):\n")
-        print("\n".join(table(results)))
+        with contextlib.ExitStack() as stack:
+            if args.python:
+                repo = python_bench.build_repository(scratch, one_thread=True)
+                convoy, _ = server_commands(repo)
+                pid, ports = stack.enter_context(
+                    server_process(convoy, scratch / "convoy.log", CONVOY_LINE)
+                )
+                url = f"127.0.0.1:{ports[0]}"
+                sides = (Side("model.py in a worker", pid, url), Side("ONNX backend", pid, url))
+                cases = PYTHON_CASES
+            else:
+                convoy, canned = server_commands(build_repository(scratch))
+                bare_pid, (bare,) = stack.enter_context(
+                    server_process(canned, scratch / "canned.log", GRPC_LINE)
+                )
+                pid, ports = stack.enter_context(
+                    server_process(convoy, scratch / "convoy.log", CONVOY_LINE)
+                )
+                sides = (
+                    Side("Convoy", pid, f"127.0.0.1:{ports[0]}"),
+                    Side("bare", bare_pid, f"127.0.0.1:{bare}"),
+                )
+                cases = CASES
+            results = compare(sides, cases, args.seconds, args.rounds, scratch)
+        print("\nCPU per request, us, by library (perf, every thread of each server's tree):\n")
+        print("\n".join(table((sides[0].label, sides[1].label), results)))
 
 
 if __name__ == "__main__":

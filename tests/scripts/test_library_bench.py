@@ -1,7 +1,9 @@
 """scripts/library_bench.py's reading of perf's report: each library's samples in its row, and
 the table of Convoy's and the bare server's CPU per request by library."""
 
-from scripts.library_bench import CASES, OTHER, ROWS, samples_by_library, table
+import os
+
+from scripts.library_bench import OTHER, ROWS, process_tree, samples_by_library, table
 
 REPORT = """\
           6539  [kernel.kallsyms]
@@ -31,14 +33,22 @@ def test_each_library_counts_in_its_row_and_the_unnamed_in_the_rest() -> None:
     assert sum(counts.values()) == 15865
 
 
-def test_the_table_sets_convoy_beside_the_bare_server_with_the_difference() -> None:
+def test_the_table_sets_both_sides_beside_each_other_with_the_difference() -> None:
     ours = dict.fromkeys(ROWS, 1.0) | {"the interpreter (libpython)": 30.0}
     bare = dict.fromkeys(ROWS, 1.0) | {"the interpreter (libpython)": 10.0}
-    c32 = CASES[-1][0]  # only the last case measured: the first's cells are dashes
-    lines = table({(c32, "convoy"): ours, (c32, "bare"): bare})
-    assert lines[0].count("Convoy") == len(CASES)
+    lines = table(("Convoy", "bare"), {1: (None, bare), 32: (ours, bare)})
+    assert lines[0] == (
+        "| library | Convoy, c = 1 | bare, c = 1 | difference | Convoy, c = 32 | bare, c = 32 "
+        "| difference |"
+    )
     interpreter = next(line for line in lines if line.startswith("| the interpreter"))
     assert interpreter == "| the interpreter (libpython) | - | - | - | 30.0 | 10.0 | +20.0 |"
     total = lines[-1]
     assert total.startswith("| total | - | - | - |")
     assert total.endswith(f"| {29 + len(ROWS):.1f} | {9 + len(ROWS):.1f} | +20.0 |")
+
+
+def test_a_process_tree_holds_the_root_and_its_children() -> None:
+    tree = process_tree(os.getpid())
+    assert tree[0] == os.getpid()
+    assert len(tree) == len(set(tree))
