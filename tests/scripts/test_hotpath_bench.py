@@ -1,5 +1,4 @@
-"""scripts/hotpath_bench.py: samples are put in the stage of their innermost named frame, the
-framework's when no Convoy frame is below the entry point, and its repository is served."""
+"""scripts/hotpath_bench.py: its repository serves mlp with and without the seed's batching."""
 
 from pathlib import Path
 
@@ -7,62 +6,6 @@ from google.protobuf import text_format
 
 from proto import model_config_pb2 as mc
 from scripts import hotpath_bench
-
-# The core's frames below its event loop, as `python -m server serve` runs it.
-ENTRY = [
-    "<module> (server/__main__.py:43)",
-    "_command (server/__main__.py:39)",
-    "convoy (server/__main__.py:21)",
-    "main (server/cli.py:64)",
-    "_run (server/cli.py:89)",
-]
-LOOP = "Runner.run (asyncio/runners.py:118)"
-
-
-def test_the_innermost_named_frame_decides() -> None:
-    stack = [
-        *ENTRY,
-        LOOP,
-        "Batcher._execute (batching/batcher.py:260)",
-        "OrtInstance._run_plain (backends/onnxruntime/_instance.py:160)",
-        "Session.run (onnxruntime/capi/onnxruntime_inference_collection.py:383)",
-    ]
-    assert hotpath_bench.classify(stack) == "compute"
-    assert hotpath_bench.classify(stack[:-2]) == "queue, batch and hand-off"
-
-
-def test_convoy_frames_without_a_stage_are_the_rest_of_the_path() -> None:
-    stack = [*ENTRY, LOOP, "Engine._infer (server/core/engine.py:84)", "isEnabledFor (logging)"]
-    assert hotpath_bench.classify(stack) == "engine and submit"
-    stack = [*ENTRY, LOOP, "LogSettings.apply (server/contract/logs.py:10)"]
-    assert hotpath_bench.classify(stack) == hotpath_bench.REST
-
-
-def test_the_http_front_ends_reads_and_writes_are_its_receive_and_answer() -> None:
-    connection = "Connection.answer (server/frontend/http/connection.py:226)"
-    write = "Connection._write (server/frontend/http/connection.py:257)"
-    assert hotpath_bench.classify([*ENTRY, LOOP, connection, write]) == "encode and answer"
-    read = "Connection.on_body (server/frontend/http/connection.py:175)"
-    assert hotpath_bench.classify([*ENTRY, LOOP, read]) == "receive and decode"
-
-
-def test_a_streams_reads_are_its_receive() -> None:
-    reader = (
-        "InferenceServicer.ModelStreamInfer.<locals>.read (server/frontend/grpc/servicer.py:221)"
-    )
-    assert hotpath_bench.classify([*ENTRY, LOOP, reader]) == "receive and decode"
-
-
-def test_the_idle_poll_between_requests_is_a_stage_of_its_own() -> None:
-    stack = [*ENTRY, LOOP, "IdlePoll._poll (server/contract/idle_poll.py:60)"]
-    assert hotpath_bench.classify(stack) == "idle poll"
-
-
-def test_the_entry_point_and_the_event_loop_are_the_framework() -> None:
-    assert hotpath_bench.classify([*ENTRY, LOOP]) == hotpath_bench.FRAMEWORK
-    assert hotpath_bench.classify([*ENTRY, LOOP, "_wait (asyncio/tasks.py:1)"]) == (
-        hotpath_bench.FRAMEWORK
-    )
 
 
 def test_the_repository_has_mlp_with_and_without_the_seeds_batching(tmp_path: Path) -> None:
@@ -76,10 +19,3 @@ def test_the_repository_has_mlp_with_and_without_the_seeds_batching(tmp_path: Pa
     assert list(batching.preferred_batch_size) == [8, 16]
     assert batching.max_queue_delay_microseconds == 2000
     assert (repo / "mlp_on" / "1" / "model.onnx").stat().st_size > 0
-
-
-def test_a_workers_event_loop_is_the_framework_too() -> None:
-    worker = ["_run_module_as_main (<frozen runpy>:198)", "main (server/workers/process.py:47)"]
-    assert hotpath_bench.classify([*worker, LOOP]) == hotpath_bench.FRAMEWORK
-    codec = "encode_response (server/frontend/grpc/encode.py:20)"
-    assert hotpath_bench.classify([*worker, LOOP, codec]) == "encode and answer"
