@@ -78,25 +78,32 @@ def _wait_for_ports(
     return None
 
 
+def process_tree(stats: Mapping[int, str], root: int) -> list[int]:
+    """`root` and all its descendants (none when it is gone), from their /proc/<pid>/stat
+    lines."""
+    children: dict[int, list[int]] = {}
+    for pid, line in stats.items():
+        children.setdefault(int(_stat_fields(line)[1]), []).append(pid)
+    tree, todo = [], [root] if root in stats else []
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def tree_pids(root: int) -> list[int]:
+    """The processes of `root`'s tree now (a server and its workers)."""
+    return process_tree(_proc_stats(), root)
+
+
 def tree_cpu_ticks(stats: Mapping[int, str], root: int) -> int:
     """CPU clock ticks of `root` and all its descendants, from their /proc/<pid>/stat lines:
     utime + stime of each, plus cutime + cstime (the children it has reaped), so a child that
     exited within the tree still counts."""
-    parent: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for pid, line in stats.items():
-        fields = _stat_fields(line)
-        parent[pid] = int(fields[1])
-        ticks[pid] = sum(int(x) for x in fields[11:15])
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root] if root in ticks else []
-    while todo:
-        pid = todo.pop()
-        total += ticks[pid]
-        todo.extend(children.get(pid, []))
-    return total
+    return sum(
+        sum(int(x) for x in _stat_fields(stats[pid])[11:15]) for pid in process_tree(stats, root)
+    )
 
 
 def _stat_fields(line: str) -> list[str]:

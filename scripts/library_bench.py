@@ -37,7 +37,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts import python_bench
-from scripts.bench_drivers import perf_analyzer_command, run_perf_analyzer, server_process
+from scripts.bench_drivers import (
+    perf_analyzer_command,
+    run_perf_analyzer,
+    server_process,
+    tree_pids,
+)
 from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
 from scripts.hotpath_bench import build_repository, server_commands
 
@@ -96,17 +101,6 @@ def samples_by_library(report: Iterable[str]) -> collections.Counter[str]:
     return counts
 
 
-def process_tree(root: int) -> list[int]:
-    """`root` and its descendants (a server's worker processes)."""
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        for task in Path(f"/proc/{pid}/task").glob("*/children"):
-            todo.extend(int(child) for child in task.read_text().split())
-    return tree
-
-
 def _measure(
     side: Side, model: str, concurrency: int, seconds: float, scratch: Path
 ) -> PerLibrary | None:
@@ -119,7 +113,7 @@ def _measure(
     )
     process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(seconds / 2)  # past perf_analyzer's warm-up
-    pids = ",".join(str(pid) for pid in process_tree(side.pid))
+    pids = ",".join(str(pid) for pid in tree_pids(side.pid))
     record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLES_PER_S)]
     record += ["-p", pids, "-o", str(data), "--", "sleep", str(seconds)]
     recorded = subprocess.run(record, capture_output=True, text=True, check=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from scripts.bench_drivers import CpuMeter, tree_cpu_ticks
+from scripts.bench_drivers import CpuMeter, process_tree, tree_cpu_ticks
 
 
 def _stat(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int = 0,
@@ -25,6 +25,18 @@ def test_tree_sums_the_root_its_descendants_and_what_they_reaped() -> None:
     assert tree_cpu_ticks(stats, 10) == 30 + 5 + 7 + 1 + 20 + 2 + 4
     assert tree_cpu_ticks(stats, 12) == 4
     assert tree_cpu_ticks(stats, 99) == 0  # gone
+
+
+def test_a_process_tree_is_the_root_and_its_descendants() -> None:
+    stats = {
+        1: _stat(1, "init", 0, 1, 1),
+        10: _stat(10, "python -m server", 1, 1, 1),
+        11: _stat(11, "worker (1)", 10, 1, 1),
+        12: _stat(12, "grand) child", 11, 1, 1),
+        20: _stat(20, "other", 1, 1, 1),
+    }
+    assert sorted(process_tree(stats, 10)) == [10, 11, 12]
+    assert process_tree(stats, 99) == []  # gone
 
 
 def test_meter_counts_a_reaped_grandchild() -> None:

@@ -1,9 +1,7 @@
 """scripts/library_bench.py's reading of perf's report: each library's samples in its row, and
 the table of Convoy's and the bare server's CPU per request by library."""
 
-import os
-
-from scripts.library_bench import OTHER, ROWS, process_tree, samples_by_library, table
+from scripts.library_bench import OTHER, ROWS, samples_by_library, table
 
 REPORT = """\
           6539  [kernel.kallsyms]
@@ -46,9 +44,3 @@ def test_the_table_sets_both_sides_beside_each_other_with_the_difference() -> No
     total = lines[-1]
     assert total.startswith("| total | - | - | - |")
     assert total.endswith(f"| {29 + len(ROWS):.1f} | {9 + len(ROWS):.1f} | +20.0 |")
-
-
-def test_a_process_tree_holds_the_root_and_its_children() -> None:
-    tree = process_tree(os.getpid())
-    assert tree[0] == os.getpid()
-    assert len(tree) == len(set(tree))
