@@ -1,7 +1,7 @@
 """Where a server's CPU per request goes, library by library: Convoy against the bare grpc.aio
 server, both measured in the same run, so that what Convoy adds shows where it is spent.
 
-Usage: python scripts/library_bench.py [--seconds 5] [--rounds 1] [--python]
+Usage: python scripts/library_bench.py [--seconds 5] [--rounds 1] [--compare bare|worker|python]
 
 The cases are scripts/hotpath_bench.py's unary gRPC ones, in process: mlp without batching at
 c = 1 (`mlp_off`) and with the seed's batching at c = 32 (`mlp_on`), perf_analyzer (`-b 1 -s
@@ -13,6 +13,12 @@ the window are its microseconds of CPU per request. Each round measures Convoy, 
 server twice, then Convoy again (A B B A), and each cell is the mean of its runs. py-spy's stage
 table (hotpath_bench.py) splits the time that holds the GIL by Convoy's stages; this one counts
 all CPU, the kernel's and gRPC's threads' included, which is what the CPU target compares.
+
+`--compare worker` sets Convoy with one front-end worker (the worker and the core together)
+beside Convoy in process, on the same cases. `--compare python` sets, in one server, the
+Triton-style model.py of scripts/python_bench.py (one ONNX Runtime session on one intra-op
+thread) in its worker process beside Convoy's ONNX Runtime backend, over unary gRPC at c = 8 and
+c = 32 (the Python backend's CPU target compares the two).
 
 Needs `perf` (Debian's `linux-perf`) and the right to sample the server (root, or
 kernel.perf_event_paranoid at 1 or less).
@@ -138,6 +144,7 @@ def mean(runs: Sequence[PerLibrary | None]) -> PerLibrary | None:
 
 
 Results = dict[int, tuple[PerLibrary | None, PerLibrary | None]]  # concurrency -> both sides
+Comparison = tuple[tuple[Side, Side], Sequence[Case]]  # the two sides, the cases
 
 
 def compare(
@@ -180,41 +187,54 @@ def table(labels: tuple[str, str], results: Results) -> list[str]:
     return lines
 
 
+def _against_bare(stack: contextlib.ExitStack, scratch: Path) -> Comparison:
+    convoy, canned = server_commands(build_repository(scratch))
+    bare_pid, (bare,) = stack.enter_context(
+        server_process(canned, scratch / "canned.log", GRPC_LINE)
+    )
+    pid, ports = stack.enter_context(server_process(convoy, scratch / "convoy.log", CONVOY_LINE))
+    sides = (
+        Side("Convoy", pid, f"127.0.0.1:{ports[0]}"),
+        Side("bare", bare_pid, f"127.0.0.1:{bare}"),
+    )
+    return sides, CASES
+
+
+def _worker(stack: contextlib.ExitStack, scratch: Path) -> Comparison:
+    convoy, _ = server_commands(build_repository(scratch))
+    pid, ports = stack.enter_context(server_process(convoy, scratch / "convoy.log", CONVOY_LINE))
+    worker_pid, worker_ports = stack.enter_context(
+        server_process([*convoy, "--frontend-workers", "1"], scratch / "worker.log", CONVOY_LINE)
+    )
+    sides = (
+        Side("one worker", worker_pid, f"127.0.0.1:{worker_ports[0]}"),
+        Side("in process", pid, f"127.0.0.1:{ports[0]}"),
+    )
+    return sides, tuple(Case(c.concurrency, (c.models[0], c.models[0])) for c in CASES)
+
+
+def _python(stack: contextlib.ExitStack, scratch: Path) -> Comparison:
+    convoy, _ = server_commands(python_bench.build_repository(scratch, one_thread=True))
+    pid, ports = stack.enter_context(server_process(convoy, scratch / "convoy.log", CONVOY_LINE))
+    url = f"127.0.0.1:{ports[0]}"
+    return (Side("model.py in a worker", pid, url), Side("ONNX backend", pid, url)), PYTHON_CASES
+
+
+COMPARISONS = {"bare": _against_bare, "worker": _worker, "python": _python}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="perf's window per run")
     parser.add_argument("--rounds", type=int, default=1, help="A B B A rounds per case")
-    parser.add_argument(
-        "--python", action="store_true", help="the ONNX backend against model.py in a worker"
-    )
+    parser.add_argument("--compare", choices=sorted(COMPARISONS), default="bare")
     args = parser.parse_args(argv)
     if shutil.which("perf") is None:
         sys.exit("library_bench: needs perf (apt-get install linux-perf)")
     with tempfile.TemporaryDirectory(prefix="library-") as scratch_dir:
         scratch = Path(scratch_dir)
         with contextlib.ExitStack() as stack:
-            if args.python:
-                repo = python_bench.build_repository(scratch, one_thread=True)
-                convoy, _ = server_commands(repo)
-                pid, ports = stack.enter_context(
-                    server_process(convoy, scratch / "convoy.log", CONVOY_LINE)
-                )
-                url = f"127.0.0.1:{ports[0]}"
-                sides = (Side("model.py in a worker", pid, url), Side("ONNX backend", pid, url))
-                cases = PYTHON_CASES
-            else:
-                convoy, canned = server_commands(build_repository(scratch))
-                bare_pid, (bare,) = stack.enter_context(
-                    server_process(canned, scratch / "canned.log", GRPC_LINE)
-                )
-                pid, ports = stack.enter_context(
-                    server_process(convoy, scratch / "convoy.log", CONVOY_LINE)
-                )
-                sides = (
-                    Side("Convoy", pid, f"127.0.0.1:{ports[0]}"),
-                    Side("bare", bare_pid, f"127.0.0.1:{bare}"),
-                )
-                cases = CASES
+            sides, cases = COMPARISONS[args.compare](stack, scratch)
             results = compare(sides, cases, args.seconds, args.rounds, scratch)
         print("\nCPU per request, us, by library (perf, every thread of each server's tree):\n")
         print("\n".join(table((sides[0].label, sides[1].label), results)))
