@@ -72,7 +72,7 @@ PerLibrary = dict[str, float]  # row -> us of CPU per request
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """One of the two compared: a server (its process tree) and the model it is asked for."""
+    """One of the two compared: a server (its process tree is sampled) and its gRPC address."""
 
     label: str
     pid: int
@@ -81,6 +81,8 @@ class Side:
 
 @dataclass(frozen=True, slots=True)
 class Case:
+    """One load: perf_analyzer's concurrency, and the model each side is asked for."""
+
     concurrency: int
     models: tuple[str, str]  # each side's model
 
