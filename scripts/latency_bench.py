@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -308,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--client-cpus", help="the CPUs this client runs on (e.g. 0); default any")
     args = parser.parse_args(argv)
+    if args.server_cpus and shutil.which("taskset") is None:
+        parser.error("--server-cpus needs taskset (util-linux)")
     if args.client_cpus:
         os.sched_setaffinity(0, cpu_list(args.client_cpus))
     unknown = sorted(set(args.benches) - set(BENCHES))
