@@ -232,6 +232,23 @@ def run_perf_analyzer(
     return _metered(meter, measure)
 
 
+def sampled_under_load(
+    load: Sequence[str], csv_path: Path, warm_s: float, sampler: Sequence[str]
+) -> tuple[subprocess.CompletedProcess[str], float | None]:
+    """Run a profiler (`sampler`, its command line) while `load` (perf_analyzer's, writing
+    `csv_path`) keeps a server busy, from `warm_s` after the load starts (past its warm-up):
+    the profiler's outcome and the load's infer/s (None when it wrote no result)."""
+    csv_path.unlink(missing_ok=True)
+    process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(warm_s)
+    sampled = subprocess.run(sampler, capture_output=True, text=True, check=False)
+    process.wait()
+    if not csv_path.exists():
+        return sampled, None
+    with csv_path.open(newline="") as f:
+        return sampled, float(next(csv.DictReader(f))["Inferences/Second"])
+
+
 @dataclass(frozen=True, slots=True)
 class WrkTarget:
     """What wrk posts: the bytes of `body_path` to `url`, with `headers` ("Name: value")."""

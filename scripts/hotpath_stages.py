@@ -4,15 +4,12 @@ py-spy's samples of a busy server put into them, in microseconds of GIL held per
 from __future__ import annotations
 
 import collections
-import csv
 import math
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.bench_drivers import REPO_ROOT
+from scripts.bench_drivers import REPO_ROOT, sampled_under_load
 
 # Stages, in the request's order: a sample belongs to the stage of its innermost frame that
 # one of these markers starts (a frame is "function (file:line)").
@@ -141,22 +138,17 @@ def profile(
     line writing `csv_path`) keeps the server of `pid` (and its children) busy: py-spy samples
     the thread holding the GIL (`--gil`), so idle threads never count, and on this server what
     holds the GIL is what sets the pace. None when py-spy or the load failed."""
-    csv_path.unlink(missing_ok=True)
     samples = csv_path.with_name("samples.txt")
-    process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(seconds / 4)  # past perf_analyzer's warm-up
     # The py-spy of this environment (the bench extra), else one on PATH.
     beside = Path(sys.executable).with_name("py-spy")
     command = [str(beside) if beside.exists() else "py-spy", "record", "--pid", str(pid)]
     command += ["--subprocesses", "--gil", "--nonblocking", "--rate", str(SAMPLES_PER_S)]
     command += ["--duration", str(math.ceil(seconds)), "--format", "raw", "--output", str(samples)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    process.wait()
-    if done.returncode != 0 or not samples.exists() or not csv_path.exists():
+    # From a quarter in: past perf_analyzer's warm-up.
+    done, infer_per_s = sampled_under_load(load, csv_path, seconds / 4, command)
+    if done.returncode != 0 or not samples.exists() or infer_per_s is None:
         print(f"hotpath_bench: py-spy failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
         return None
-    with csv_path.open(newline="") as f:
-        infer_per_s = float(next(csv.DictReader(f))["Inferences/Second"])
     counts: collections.Counter[str] = collections.Counter()
     for line in samples.read_text().splitlines():
         stack, _, count = line.rpartition(" ")

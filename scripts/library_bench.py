@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import csv
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from scripts import python_bench
 from scripts.bench_drivers import (
     perf_analyzer_command,
     run_perf_analyzer,
+    sampled_under_load,
     server_process,
     tree_pids,
 )
@@ -114,26 +113,22 @@ def _measure(
 ) -> PerLibrary | None:
     """One side's CPU per request by library, under perf_analyzer's load; None if it failed."""
     csv_path, data = scratch / "pa.csv", scratch / "perf.data"
-    csv_path.unlink(missing_ok=True)
     window_ms = int(seconds * 1000)
     load = perf_analyzer_command(
         side.url, model, concurrency, window_ms, csv_path, "grpc", trials=3
     )
-    process = subprocess.Popen(load, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(seconds / 2)  # past perf_analyzer's warm-up
     pids = ",".join(str(pid) for pid in tree_pids(side.pid))
     record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLES_PER_S)]
     record += ["-p", pids, "-o", str(data), "--", "sleep", str(seconds)]
-    recorded = subprocess.run(record, capture_output=True, text=True, check=False)
-    process.wait()
-    if recorded.returncode != 0 or not csv_path.exists():
+    # From half a window in: past perf_analyzer's warm-up.
+    recorded, infer_per_s = sampled_under_load(load, csv_path, seconds / 2, record)
+    if recorded.returncode != 0 or infer_per_s is None:
         print(f"library_bench: perf record failed: {recorded.stderr.strip()[-300:]}")
         return None
     report = ["perf", "report", "-i", str(data), "--sort", "dso", "--stdio", "-q"]
     report += ["-F", "sample,dso"]
     text = subprocess.run(report, capture_output=True, text=True, check=True).stdout
-    with csv_path.open(newline="") as f:
-        requests = float(next(csv.DictReader(f))["Inferences/Second"]) * seconds
+    requests = infer_per_s * seconds
     counts = samples_by_library(text.splitlines())
     return {row: counts[row] / SAMPLES_PER_S / requests * 1e6 for row in ROWS}
 

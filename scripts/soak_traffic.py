@@ -89,15 +89,22 @@ def _check(tally: Tally, kind: str, result: Any, a: np.ndarray, b: np.ndarray) -
         tally.fault(kind, "a wrong answer")
 
 
+def _infer_once(
+    tally: Tally, kind: str, module: Any, client: Any, rng: np.random.Generator, **options: Any
+) -> None:
+    """One request to `simple` through `client` (of tritonclient's `module`), tallied."""
+    inputs, a, b = _inputs(module, rng)
+    try:
+        _check(tally, kind, client.infer("simple", inputs, **options), a, b)
+    except InferenceServerException as error:
+        _outcome(tally, kind, error)
+
+
 def unary(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
     rng = np.random.default_rng(seed)
     with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
         while not stop.is_set():
-            inputs, a, b = _inputs(grpcclient, rng)
-            try:
-                _check(tally, "unary", client.infer("simple", inputs), a, b)
-            except InferenceServerException as error:
-                _outcome(tally, "unary", error)
+            _infer_once(tally, "unary", grpcclient, client, rng)
 
 
 def http(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
@@ -105,11 +112,8 @@ def http(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int
     while not stop.is_set():
         with contextlib.closing(httpclient.InferenceServerClient(http_url)) as client:
             while not stop.is_set():
-                inputs, a, b = _inputs(httpclient, rng)
                 try:
-                    _check(tally, "http", client.infer("simple", inputs), a, b)
-                except InferenceServerException as error:
-                    _outcome(tally, "http", error)
+                    _infer_once(tally, "http", httpclient, client, rng)
                 except (OSError, HTTPException):  # its worker was killed: a client reconnects
                     cause = tally.cause()
                     if cause is None:
@@ -124,12 +128,7 @@ def cancelled(url: str, http_url: str, tally: Tally, stop: threading.Event, seed
     rng = np.random.default_rng(seed)
     with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
         while not stop.is_set():
-            inputs, a, b = _inputs(grpcclient, rng)
-            try:
-                result = client.infer("simple", inputs, client_timeout=0.002)
-                _check(tally, "cancelled", result, a, b)
-            except InferenceServerException as error:
-                _outcome(tally, "cancelled", error)
+            _infer_once(tally, "cancelled", grpcclient, client, rng, client_timeout=0.002)
             stop.wait(0.01)  # a cancellation now and then, not a flood
 
 
