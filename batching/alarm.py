@@ -94,10 +94,13 @@ class _Itimerspec(ctypes.Structure):
 
 
 def _libc() -> ctypes.CDLL | None:
+    """libc, its calls made holding the GIL (`PyDLL`): a timerfd call never blocks, and one
+    that let the GIL go would hand it to a waiting thread (gRPC's poller) and wait for it back,
+    on the event loop's thread, about once a batch."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.PyDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.timerfd_create.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.timerfd_settime.argtypes = [
             ctypes.c_int,
