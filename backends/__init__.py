@@ -31,7 +31,14 @@ from backends.device import (
     on_host,
     usable_cores,
 )
-from backends.errors import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from backends.errors import (
+    MODEL_ERROR_CODES,
+    BackendError,
+    ExecutionError,
+    InvalidTensorError,
+    ModelError,
+    ModelLoadError,
+)
 from backends.onnxruntime import (
     CudaOrtInstance,
     OrtInstance,
@@ -54,6 +61,7 @@ from backends.python import (
 from backends.pytorch import AotiInstance, TorchInstance, TorchSettings, torch_placements
 
 __all__ = [
+    "MODEL_ERROR_CODES",
     "AotiInstance",
     "ArrayNamespace",
     "BackendError",
@@ -68,6 +76,7 @@ __all__ = [
     "InvalidTensorError",
     "ModelCaller",
     "ModelControl",
+    "ModelError",
     "ModelLoadError",
     "ModelSignature",
     "OpenVinoInstance",

@@ -13,7 +13,9 @@ import numpy as np
 
 UTILS_MODULE = "triton_python_backend_utils"
 
-Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | str | None
+# A response as it travels: its outputs, with its parameters (a JSON object string) when it has
+# any; its error, as (message, code: Triton's numeric error code); None: a final flag alone.
+Payload = dict[str, np.ndarray] | tuple[dict[str, np.ndarray], str] | tuple[str, int] | None
 
 
 class ContractError(Exception):
@@ -28,7 +30,9 @@ def response_payload(pb: ModuleType, response: Any, copy_outputs: bool) -> Paylo
             f"a response must be a pb_utils.InferenceResponse, not {type(response).__name__}"
         )
     if response.has_error():
-        return str(response.error().message())
+        error = response.error()
+        code = error.code()
+        return str(error.message()), code if type(code) is int else 1  # 1: INTERNAL
     outputs: dict[str, np.ndarray] = {}
     for tensor in response.output_tensors():
         if not isinstance(tensor, pb.Tensor):

@@ -13,7 +13,7 @@ from typing import Any
 
 from backends.base import ExecutionResult, Outputs, Parameters, Response, TensorMap
 from backends.device import host_tensors
-from backends.errors import ExecutionError
+from backends.errors import MODEL_ERROR_CODES, ExecutionError, ModelError
 from backends.python._config import InstanceSpec, OutputSpec
 from backends.python._outputs import check_outputs
 from backends.python._pickling import unstack_rows
@@ -91,10 +91,10 @@ class Replies:
 
     def response(self, payload: Any) -> Response:
         """One request's payload: its outputs (and parameters), or its error."""
-        if isinstance(payload, str):
-            return ExecutionError(payload)  # the model's TritonError message, as Triton passes it
         if isinstance(payload, dict):
             return check_outputs(self.model.name, self.outputs, payload)
+        if isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], str):
+            return _model_error(*payload)
         if isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[0], dict):
             checked = check_outputs(self.model.name, self.outputs, payload[0])
             parameters = _parameters(payload[1])
@@ -182,6 +182,14 @@ def result(
     input_ns = min(sent_ns - start_ns, total_ns - execute_ns)
     output_ns = total_ns - input_ns - execute_ns
     return ExecutionResult(responses, input_ns, execute_ns, output_ns, rescheduled)
+
+
+def _model_error(message: str, code: object) -> ModelError:
+    """The model's TritonError, its message as Triton passes it, its code by name (an unknown
+    one: INTERNAL, TritonError's own default)."""
+    if isinstance(code, int) and 0 <= code < len(MODEL_ERROR_CODES):
+        return ModelError(message, MODEL_ERROR_CODES[code])
+    return ModelError(message)
 
 
 def _parameters(text: object) -> Parameters | None:

@@ -48,7 +48,9 @@ class TritonPythonModel:
             try:
                 pixels = np.stack([to_pixels(bytes(item)) for item in images.reshape(-1)])
             except (UnidentifiedImageError, OSError, ValueError) as exc:
-                error = pb_utils.TritonError(f"IMAGE is not a readable JPEG or PNG: {exc}")
+                error = pb_utils.TritonError(
+                    f"IMAGE is not a readable JPEG or PNG: {exc}", pb_utils.TritonError.INVALID_ARG
+                )
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
                 continue
             tensor = pb_utils.Tensor("PIXELS", pixels.astype(self.dtype))

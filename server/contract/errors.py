@@ -78,6 +78,19 @@ class InternalError(ServerError):
     """The core failed in a way the request did not cause (a model failed to run or load)."""
 
 
+class NotFoundError(ServerError):
+    """Something the request named was not found, as its model answered (a Python model's
+    `TritonError.NOT_FOUND`)."""
+
+
+class RequestCancelledError(ServerError):
+    """The request was cancelled, as its model answered (`TritonError.CANCELLED`)."""
+
+
+class UnknownError(ServerError):
+    """A failure its model answered without naming a kind (`TritonError.UNKNOWN`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Wording:
     """A message Triton clients look for, word for word, with the error class whose status

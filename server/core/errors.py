@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import math
 
-from backends import BackendError, ExecutionError, InvalidTensorError, ModelLoadError
+from backends import (
+    BackendError,
+    ExecutionError,
+    InvalidTensorError,
+    ModelError,
+    ModelLoadError,
+)
 from batching import (
     BatcherClosedError,
     BatcherFaultError,
@@ -25,6 +31,7 @@ from server.contract import errors as contract
 CONTRACT_ERRORS: dict[type[Exception], type[contract.ServerError]] = {
     ModelLoadError: contract.InternalError,
     ExecutionError: contract.InternalError,
+    ModelError: contract.InternalError,  # as its code says (`MODEL_ERRORS`); this is the default
     InvalidTensorError: contract.InvalidInputError,
     BatcherClosedError: contract.UnavailableError,
     QueueFullError: contract.UnavailableError,
@@ -37,6 +44,18 @@ CONTRACT_ERRORS: dict[type[Exception], type[contract.ServerError]] = {
     SequenceError: contract.InvalidInputError,
 }
 
+# A model's own error by its Triton code, as Triton's front ends answer each code.
+MODEL_ERRORS: dict[str, type[contract.ServerError]] = {
+    "UNKNOWN": contract.UnknownError,
+    "INTERNAL": contract.InternalError,
+    "NOT_FOUND": contract.NotFoundError,
+    "INVALID_ARG": contract.InvalidInputError,
+    "UNAVAILABLE": contract.UnavailableError,
+    "UNSUPPORTED": contract.UnsupportedError,
+    "ALREADY_EXISTS": contract.AlreadyExistsError,
+    "CANCELLED": contract.RequestCancelledError,
+}
+
 # The bases whose leaves must all appear above.
 LOWER_ERROR_BASES: tuple[type[Exception], ...] = (BackendError, BatchingError)
 
@@ -46,6 +65,8 @@ def contract_error(error: BackendError | BatchingError) -> contract.ServerError:
     if isinstance(error, RefusedError) and error.retry_after_ns:
         # A refusal that says when to come back.
         return contract.UnavailableError(str(error), math.ceil(error.retry_after_ns / 1e6))
+    if isinstance(error, ModelError):
+        return MODEL_ERRORS.get(error.code, contract.InternalError)(str(error))
     for cls in type(error).__mro__:
         kind = CONTRACT_ERRORS.get(cls)
         if kind is not None:

@@ -100,11 +100,12 @@ def test_128_concurrent_ensemble_requests_each_get_their_own_answer_batched_per_
         assert line in metrics, model
 
 
-def test_an_unreadable_image_fails_its_request_with_the_models_message(
+def test_an_unreadable_image_fails_its_request_with_the_models_message_and_code(
     client: grpcclient.InferenceServerClient,
 ) -> None:
-    with pytest.raises(InferenceServerException, match="not a readable JPEG or PNG"):
+    with pytest.raises(InferenceServerException, match="not a readable JPEG or PNG") as raised:
         client.infer("classify", [image_input(b"definitely not an image")])
+    assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"  # the step's TritonError code
     assert client.infer("classify", [image_input(encoded_image(3))]).as_numpy("LABEL") is not None
 
 

@@ -4,7 +4,7 @@ them into, message kept."""
 
 import grpc
 
-from backends import ExecutionError
+from backends import MODEL_ERROR_CODES, ExecutionError, ModelError
 from batching import QueueFullError
 from server.contract.errors import (
     InternalError,
@@ -12,7 +12,7 @@ from server.contract.errors import (
     ServerStoppingError,
     UnavailableError,
 )
-from server.core.errors import CONTRACT_ERRORS, LOWER_ERROR_BASES, contract_error
+from server.core.errors import CONTRACT_ERRORS, LOWER_ERROR_BASES, MODEL_ERRORS, contract_error
 from server.frontend.grpc import ERROR_BASES, STATUS_CODES, status_for
 
 
@@ -48,3 +48,21 @@ def test_a_lower_error_keeps_its_message_and_triton_status() -> None:
     failed = contract_error(ExecutionError("model 'm' failed"))
     assert isinstance(failed, InternalError)
     assert status_for(failed) == grpc.StatusCode.INTERNAL
+
+
+def test_a_models_own_error_takes_the_status_its_code_names() -> None:
+    assert set(MODEL_ERRORS) == set(MODEL_ERROR_CODES)
+    expected = {
+        "UNKNOWN": grpc.StatusCode.UNKNOWN,
+        "INTERNAL": grpc.StatusCode.INTERNAL,
+        "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+        "INVALID_ARG": grpc.StatusCode.INVALID_ARGUMENT,
+        "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+        "UNSUPPORTED": grpc.StatusCode.UNIMPLEMENTED,
+        "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
+        "CANCELLED": grpc.StatusCode.CANCELLED,
+    }
+    for code, status in expected.items():
+        error = contract_error(ModelError(f"error code: {code}", code))
+        assert status_for(error) == status and str(error) == f"error code: {code}"
+    assert status_for(contract_error(ModelError("x", "NO_SUCH_CODE"))) == grpc.StatusCode.INTERNAL

@@ -14,11 +14,14 @@ from server.contract.errors import (
     ModelLoadFailedError,
     ModelNotFoundError,
     ModelNotReadyError,
+    NotFoundError,
     RegionNotFoundError,
+    RequestCancelledError,
     RestrictedError,
     ServerError,
     ServerStoppingError,
     UnavailableError,
+    UnknownError,
     UnsupportedError,
 )
 
@@ -39,6 +42,9 @@ STATUS_CODES: dict[type[Exception], grpc.StatusCode] = {
     UnavailableError: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceededError: grpc.StatusCode.DEADLINE_EXCEEDED,
     InternalError: grpc.StatusCode.INTERNAL,
+    NotFoundError: grpc.StatusCode.NOT_FOUND,
+    RequestCancelledError: grpc.StatusCode.CANCELLED,
+    UnknownError: grpc.StatusCode.UNKNOWN,
 }
 
 # The bases whose leaves must all appear above.
