@@ -82,7 +82,7 @@ class Asker:
         call, reply = self.ask(
             "call", batch, None, model, version, arrays, names, parameters, decoupled
         )
-        if not decoupled or isinstance(reply[2], str):
+        if not decoupled or reply[2] is not True:  # not opened: the call's error
             return self._response(reply[2])
 
         def take() -> tuple[Any, bool]:
@@ -153,8 +153,11 @@ class Asker:
         pb = self._utils
         if payload is None:
             return pb.InferenceResponse(output_tensors=[])
-        if isinstance(payload, str):
+        if isinstance(payload, str):  # a failure of the call itself
             return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(payload))
+        if isinstance(payload, tuple) and isinstance(payload[0], str):  # the called model's
+            message, code = payload
+            return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message, code))
         outputs: dict[str, np.ndarray] = payload[0] if isinstance(payload, tuple) else payload
         answered: str = payload[1] if isinstance(payload, tuple) else "{}"
         return pb.InferenceResponse(

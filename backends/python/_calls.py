@@ -25,12 +25,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from backends.base import response_parameters
+from backends.errors import MODEL_ERROR_CODES, ModelError
 from backends.python._local import LocalWorker
 from backends.python._process import WorkerProcess
 from backends.python._server_channel import WorkerFailure
 
-# One response of a called model's stream: (outputs or None, the error message or None, final).
-Streamed = tuple[dict[str, Any] | None, str | None, bool]
+# One response of a called model's stream: (outputs or None, its error or None, final).
+Streamed = tuple[dict[str, Any] | None, ModelError | None, bool]
 _CANCELLED = "the request was cancelled by its caller"
 _NO_CALLS = "this server does not serve calls to other models from this model"
 # The messages of a running batch that are the model's questions (the rest are its replies).
@@ -55,7 +56,8 @@ class ModelCaller(Protocol):
         outputs: list[str],
         parameters: dict[str, Any],
     ) -> Coroutine[Any, Any, dict[str, Any]]:
-        """The outputs of the model's one response; raises with the reason it failed."""
+        """The outputs of the model's one response; raises with the reason it failed: a
+        `ModelError` with the code the caller's `TritonError` takes (any other: INTERNAL)."""
         ...
 
     def stream(
@@ -67,7 +69,7 @@ class ModelCaller(Protocol):
         parameters: dict[str, Any],
     ) -> AsyncIterator[Streamed]:
         """Each response as the model sends it, the last one final; raises with the reason
-        the request could not run."""
+        the request could not run (a `ModelError`, as `__call__` does)."""
         ...
 
 
@@ -77,6 +79,13 @@ def payload_of(outputs: dict[str, Any]) -> Any:
     parameters = response_parameters(outputs)
     plain = dict(outputs)
     return plain if parameters is None else (plain, json.dumps(dict(parameters)))
+
+
+def error_payload(error: Exception) -> tuple[str, int]:
+    """A call's error as the caller's `TritonError` is made: its message, and the code the
+    `ModelCaller` gave it (`ModelError`; any other failure is INTERNAL)."""
+    code = error.code if isinstance(error, ModelError) else "INTERNAL"
+    return str(error), MODEL_ERROR_CODES.index(code)
 
 
 class CallStream:
@@ -93,7 +102,10 @@ class CallStream:
     async def _pump(self, source: AsyncIterator[Streamed]) -> None:
         try:
             async for outputs, error, final in source:
-                await self._put((error if outputs is None else payload_of(outputs), final))
+                if outputs is not None:
+                    await self._put((payload_of(outputs), final))
+                else:
+                    await self._put((None if error is None else error_payload(error), final))
                 if final:
                     return
             await self._put(("the called model ended its stream without a final response", True))
@@ -101,7 +113,7 @@ class CallStream:
             await asyncio.shield(self._put((_CANCELLED, True)))
             raise
         except Exception as exc:  # the request could not run (queue full, model not ready ...)
-            await self._put((str(exc), True))
+            await self._put((error_payload(exc), True))
         finally:
             # A cancel that lands while a response is handed over (not in the source's own
             # wait) leaves the source suspended: close it, so that the called request ends
@@ -224,7 +236,7 @@ class Questions:
             try:
                 payload = payload_of(await caller(*arguments))
             except Exception as exc:  # the called model's error, as Triton returns it to the caller
-                payload = str(exc)
+                payload = error_payload(exc)
             await asyncio.to_thread(send, ("called", call, payload))
 
         future = asyncio.run_coroutine_threadsafe(run(), self.loop)
@@ -289,7 +301,7 @@ class Questions:
             future.cancel()
             raise WorkerFailure("did not return in time", timed_out=True) from None
         except Exception as exc:  # the called model's error, as Triton returns it to the caller
-            return str(exc)
+            return error_payload(exc)
         return payload_of(outputs)
 
 

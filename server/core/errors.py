@@ -56,6 +56,22 @@ MODEL_ERRORS: dict[str, type[contract.ServerError]] = {
     "CANCELLED": contract.RequestCancelledError,
 }
 
+# The Triton code a Python model's call to another model (BLS) answers each contract error with,
+# as Triton's calls carry its own errors' codes: the codes above, and for the rest the code of
+# their gRPC status (a request dropped at its deadline: UNAVAILABLE, as Triton's queue timeout).
+TRITON_CODES: dict[type[contract.ServerError], str] = {
+    **{kind: code for code, kind in MODEL_ERRORS.items()},
+    contract.ServerStoppingError: "UNAVAILABLE",
+    contract.ModelNotFoundError: "NOT_FOUND",
+    contract.ModelNotReadyError: "UNAVAILABLE",
+    contract.ConfigError: "INVALID_ARG",
+    contract.ModelControlDisabledError: "UNAVAILABLE",
+    contract.ModelLoadFailedError: "INVALID_ARG",
+    contract.RestrictedError: "UNAVAILABLE",
+    contract.RegionNotFoundError: "NOT_FOUND",
+    contract.DeadlineExceededError: "UNAVAILABLE",
+}
+
 # The bases whose leaves must all appear above.
 LOWER_ERROR_BASES: tuple[type[Exception], ...] = (BackendError, BatchingError)
 
@@ -72,3 +88,16 @@ def contract_error(error: BackendError | BatchingError) -> contract.ServerError:
         if kind is not None:
             return kind(str(error))
     return contract.InternalError(str(error))
+
+
+def model_error(error: contract.ServerError | BackendError | BatchingError) -> ModelError:
+    """A failed call to a model as the calling Python model sees it: the message, with the
+    Triton code of its contract error (`TRITON_CODES`; INTERNAL where none is mapped)."""
+    if isinstance(error, ModelError):
+        return error
+    answered = error if isinstance(error, contract.ServerError) else contract_error(error)
+    for cls in type(answered).__mro__:
+        code = TRITON_CODES.get(cls)
+        if code is not None:
+            return ModelError(str(answered), code)
+    return ModelError(str(answered))

@@ -46,7 +46,8 @@ class TritonPythonModel:
             )
             assert second.output_tensors()[0].name() == "OUTPUT1"
             y = pb_utils.get_output_tensor_by_name(second, "OUTPUT1").as_numpy()  # 2x - x
-            note = np.array([[missing.error().message().encode()]], dtype=object)
+            error = missing.error()
+            note = np.array([[f"{error.code()} {error.message()}".encode()]], dtype=object)
             responses.append(pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor("Y", y), pb_utils.Tensor("NOTE", note)]
             ))
@@ -365,7 +366,7 @@ def _repository(tmp_path: Path) -> Path:
     return repo
 
 
-def test_a_python_model_calls_other_models_and_gets_their_errors(
+def test_a_python_model_calls_other_models_and_gets_their_errors_and_codes(
     tmp_path: Path, start_server: StartServer, python_mode: str
 ) -> None:
     server = start_server(place_python_models(_repository(tmp_path), python_mode))
@@ -374,11 +375,14 @@ def test_a_python_model_calls_other_models_and_gets_their_errors(
         result = triton.infer("pipeline", [infer_input("X", x, "FP32")])
         np.testing.assert_allclose(result.as_numpy("Y"), x)  # (x + x) - x
         note = result.as_numpy("NOTE")[0, 0].decode()
-        assert "no_such_model" in note
+        # The call's TritonError has the message and the code Triton gives it (2: NOT_FOUND).
+        assert note.startswith("2 ") and "no_such_model" in note
         stats = triton.get_inference_statistics("simple", as_json=True)["model_stats"][0]
         assert int(stats["inference_count"]) == 4  # two calls of batch 2, counted as requests
-        with pytest.raises(InferenceServerException, match="data-type is 'FP64'"):
+        with pytest.raises(InferenceServerException, match="data-type is 'FP64'") as raised:
             triton.infer("wrong_input", [infer_input("X", x, "FP32")])
+        # The called model's refusal, passed on as the model's own error, keeps its code.
+        assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
         assert triton.is_server_live()
 
 

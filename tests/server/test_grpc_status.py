@@ -7,12 +7,20 @@ import grpc
 from backends import MODEL_ERROR_CODES, ExecutionError, ModelError
 from batching import QueueFullError
 from server.contract.errors import (
+    DeadlineExceededError,
     InternalError,
     ModelNotFoundError,
     ServerStoppingError,
     UnavailableError,
 )
-from server.core.errors import CONTRACT_ERRORS, LOWER_ERROR_BASES, MODEL_ERRORS, contract_error
+from server.core.errors import (
+    CONTRACT_ERRORS,
+    LOWER_ERROR_BASES,
+    MODEL_ERRORS,
+    TRITON_CODES,
+    contract_error,
+    model_error,
+)
 from server.frontend.grpc import ERROR_BASES, STATUS_CODES, status_for
 
 
@@ -66,3 +74,16 @@ def test_a_models_own_error_takes_the_status_its_code_names() -> None:
         error = contract_error(ModelError(f"error code: {code}", code))
         assert status_for(error) == status and str(error) == f"error code: {code}"
     assert status_for(contract_error(ModelError("x", "NO_SUCH_CODE"))) == grpc.StatusCode.INTERNAL
+
+
+def test_a_failed_call_from_a_python_model_carries_the_code_of_its_status() -> None:
+    leaves = {leaf for base in ERROR_BASES for leaf in _leaves(base)}
+    assert leaves - set(TRITON_CODES) == set()
+    for kind, code in TRITON_CODES.items():
+        answered = contract_error(ModelError("x", code))  # back the way the caller's goes out
+        if kind is not DeadlineExceededError:  # Triton has no code of its own for that one
+            assert status_for(answered) == STATUS_CODES[kind], kind
+    assert model_error(QueueFullError("full")).code == "UNAVAILABLE"
+    assert model_error(ModelNotFoundError("gone")).code == "NOT_FOUND"
+    called = ModelError("no", "INVALID_ARG")
+    assert model_error(called) is called

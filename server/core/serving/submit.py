@@ -15,8 +15,16 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from backends import BackendError, ModelCaller, Outputs, on_host, response_parameters
+from backends import (
+    BackendError,
+    ModelCaller,
+    ModelError,
+    Outputs,
+    on_host,
+    response_parameters,
+)
 from batching import (
+    BatchingError,
     DeadlineCancelledError,
     DeadlineExceededError,
     LatencyTargetError,
@@ -26,10 +34,11 @@ from batching import (
     SequenceStep,
 )
 from server.contract.datatypes import wire_of
-from server.contract.errors import InvalidInputError, UnsupportedError
+from server.contract.errors import InvalidInputError, ServerError, UnsupportedError
 from server.contract.model_io import check_request
 from server.contract.requests import InferInput, InferOptions, SequenceFlags, model_parameters
 from server.core.cache import Lookup
+from server.core.errors import model_error
 from server.core.observability.stats import ModelStats
 from server.core.serving.servable import Servable, Streamed
 
@@ -222,8 +231,11 @@ class _ModelCaller:
         outputs: list[str],
         parameters: dict[str, Any],
     ) -> dict[str, Any]:
-        options = _call_options(parameters)
-        result = await infer_on(self._resolve(model, version), inputs, outputs, options)
+        try:
+            options = _call_options(parameters)
+            result = await infer_on(self._resolve(model, version), inputs, outputs, options)
+        except (ServerError, BackendError, BatchingError) as exc:
+            raise model_error(exc) from exc
         return _picked(result.outputs, outputs)
 
     async def stream(
@@ -233,23 +245,26 @@ class _ModelCaller:
         inputs: dict[str, np.ndarray],
         outputs: list[str],
         parameters: dict[str, Any],
-    ) -> AsyncIterator[tuple[dict[str, Any] | None, str | None, bool]]:
+    ) -> AsyncIterator[tuple[dict[str, Any] | None, ModelError | None, bool]]:
         """Each response of the request, as a decoupled model sends it (a model that is not
         decoupled sends one, final); cancelling the consumer cancels the request."""
-        target = self._resolve(model, version)
-        options = _call_options(parameters)
-        if target.router is None:
-            result = await infer_on(target, inputs, outputs, options)
-            yield _picked(result.outputs, outputs), None, True
-            return
-        async with contextlib.aclosing(stream_on(target, inputs, outputs, options)) as items:
-            async for item in items:
-                if item.error is not None:
-                    yield None, str(item.error), item.final
-                elif item.outputs is None:
-                    yield None, None, item.final
-                else:
-                    yield _picked(item.outputs, outputs), None, item.final
+        try:
+            target = self._resolve(model, version)
+            options = _call_options(parameters)
+            if target.router is None:
+                result = await infer_on(target, inputs, outputs, options)
+                yield _picked(result.outputs, outputs), None, True
+                return
+            async with contextlib.aclosing(stream_on(target, inputs, outputs, options)) as items:
+                async for item in items:
+                    if item.error is not None:
+                        yield None, model_error(item.error), item.final
+                    elif item.outputs is None:
+                        yield None, None, item.final
+                    else:
+                        yield _picked(item.outputs, outputs), None, item.final
+        except (ServerError, BackendError, BatchingError) as exc:
+            raise model_error(exc) from exc
 
 
 def _call_options(parameters: dict[str, Any]) -> InferOptions:
