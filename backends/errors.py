@@ -13,15 +13,6 @@ class ExecutionError(BackendError):
     """A batch failed inside the runtime; only that batch's requests fail."""
 
 
-class ModelError(ExecutionError):
-    """A request's error as its model answered it (a Python model's `TritonError`), with the
-    model's code for it: one of `MODEL_ERROR_CODES`, which the client's status follows."""
-
-    def __init__(self, message: str, code: str = "INTERNAL") -> None:
-        super().__init__(message)
-        self.code = code if code in MODEL_ERROR_CODES else "INTERNAL"
-
-
 # Triton's error codes (TRITONSERVER_Error_Code), in their numeric order.
 MODEL_ERROR_CODES = (
     "UNKNOWN",
@@ -33,6 +24,15 @@ MODEL_ERROR_CODES = (
     "ALREADY_EXISTS",
     "CANCELLED",
 )
+
+
+class ModelError(ExecutionError):
+    """A request's error as its model answered it (a Python model's `TritonError`), with the
+    model's code for it: one of `MODEL_ERROR_CODES`, which the client's status follows."""
+
+    def __init__(self, message: str, code: str = "INTERNAL") -> None:
+        super().__init__(message)
+        self.code = code if code in MODEL_ERROR_CODES else "INTERNAL"
 
 
 class InvalidTensorError(BackendError):

@@ -1,5 +1,7 @@
-"""The one table from the lower packages' errors (`backends`, `batching`) to the contract's, so
-that a front end, in this process or another, sees only `ServerError`s; the message is kept."""
+"""The tables from the lower packages' errors (`backends`, `batching`) to the contract's, so
+that a front end, in this process or another, sees only `ServerError`s (the message kept; a
+Python model's own error by its Triton code), and from the contract's back to Triton's codes,
+for a Python model's failed call to another model."""
 
 from __future__ import annotations
 

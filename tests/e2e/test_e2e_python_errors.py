@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from e2e_support import PYTHON_MODES, ConvoyServer, place_python_models
+from e2e_support import PYTHON_MODES, ConvoyServer, http_input, infer_input, place_python_models
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
@@ -75,15 +75,11 @@ def server(
 
 
 def _grpc_input(name: str) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput("CODE", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[name.encode()]], dtype=object))
-    return tensor
+    return infer_input("CODE", np.array([[name.encode()]], dtype=object), "BYTES")
 
 
 def _http_input(name: str) -> httpclient.InferInput:
-    tensor = httpclient.InferInput("CODE", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[name.encode()]], dtype=object))
-    return tensor
+    return http_input("CODE", np.array([[name.encode()]], dtype=object), "BYTES")
 
 
 @pytest.mark.parametrize("code", list(EXPECTED))
