@@ -1,6 +1,6 @@
 """A Python model's error codes end to end: the code of the `TritonError` a model answers with is
 the status its client sees, over gRPC and HTTP, as Triton's front ends map each code; the
-model's process and the server's own, with batching."""
+model in its own process and in the server's, with batching, and through a front-end worker."""
 
 from __future__ import annotations
 
@@ -62,14 +62,20 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module", params=PYTHON_MODES)
+# Where the model runs, and the server's front-end flags: in process, or through a worker (the
+# status then crosses the link between the two).
+PLACES = [(mode, ()) for mode in PYTHON_MODES] + [("process", ("--frontend-workers", "1"))]
+
+
+@pytest.fixture(scope="module", params=PLACES, ids=["process", "in-process", "front-end-worker"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConvoyServer]:
+    mode, flags = request.param
     where = tmp_path_factory.mktemp("coded")
     repo = where / "repo"
     models.write_python_model(repo, "coded", CODED, CONFIG)
-    served = ConvoyServer(place_python_models(repo, request.param), where / "server.log").start()
+    served = ConvoyServer(place_python_models(repo, mode), where / "server.log", *flags).start()
     yield served
     served.kill()
 
