@@ -232,6 +232,16 @@ def run_perf_analyzer(
     return _metered(meter, measure)
 
 
+def library_row(path: str, libraries: Sequence[tuple[str, str]], other: str) -> str:
+    """The row a profiler's sample counts in, by the file its instruction is in (`path`, a
+    shared library's name or path): the first of `libraries` (row, a part of the file's name)
+    whose part it holds; `other` where none does."""
+    for row, part in libraries:
+        if part in path:
+            return row
+    return other
+
+
 def sampled_under_load(
     load: Sequence[str], csv_path: Path, warm_s: float, sampler: Sequence[str]
 ) -> tuple[subprocess.CompletedProcess[str], float | None]:

@@ -42,6 +42,7 @@ if __package__ in (None, ""):
 
 from scripts import python_bench
 from scripts.bench_drivers import (
+    library_row,
     perf_analyzer_command,
     run_perf_analyzer,
     sampled_under_load,
@@ -52,7 +53,7 @@ from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
 from scripts.hotpath_bench import build_repository, server_commands
 
 SAMPLES_PER_S = 2999
-# (the row's name, what the library's file name starts with)
+# (the row's name, a part of the library's file name)
 LIBRARIES = (
     ("the kernel", "[kernel"),
     ("the interpreter (libpython)", "libpython"),
@@ -90,21 +91,13 @@ CASES = (Case(1, ("mlp_off", "mlp_on")), Case(32, ("mlp_on", "mlp_on")))
 PYTHON_CASES = (Case(8, ("mlp_python", "mlp_on")), Case(32, ("mlp_python", "mlp_on")))
 
 
-def library_of(dso: str) -> str:
-    """The row a sample's library (perf's dso) counts in."""
-    for name, prefix in LIBRARIES:
-        if dso.startswith(prefix):
-            return name
-    return OTHER
-
-
 def samples_by_library(report: Iterable[str]) -> collections.Counter[str]:
     """Samples per row from `perf report --sort dso -F sample,dso` lines ("  6539  [vdso]")."""
     counts: collections.Counter[str] = collections.Counter()
     for line in report:
         count, _, dso = line.strip().partition(" ")
         if count.isdigit():
-            counts[library_of(dso.strip())] += int(count)
+            counts[library_row(dso.strip(), LIBRARIES, OTHER)] += int(count)
     return counts
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.bench_drivers import perf_analyzer_command, server_process
+from scripts.bench_drivers import library_row, perf_analyzer_command, server_process
 from scripts.bench_runs import CONVOY_LINE, GRPC_LINE
 from scripts.hotpath_bench import LEVELS, build_repository, server_commands
 
@@ -59,14 +59,6 @@ LIBRARY_NAMES = (*(name for name, _ in LIBRARIES), OTHER)
 SAMPLES_PER_S = 999
 LOOP = "event loop's thread"
 OTHERS = "other threads"
-
-
-def library_of(path: str) -> str:
-    """The library a sample's file belongs to (`perf script`'s dso, without its parentheses)."""
-    for name, part in LIBRARIES:
-        if part in path:
-            return name
-    return OTHER
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
@@ -99,7 +91,7 @@ def library_shares(samples: Iterable[str]) -> dict[str, float]:
     for line in samples:
         _, paren, path = line.partition("(")
         if paren:
-            counts[library_of(path.rstrip().removesuffix(")"))] += 1
+            counts[library_row(path.rstrip().removesuffix(")"), LIBRARIES, OTHER)] += 1
     total = sum(counts.values())
     return {name: counts[name] / total if total else 0.0 for name in LIBRARY_NAMES}
 

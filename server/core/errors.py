@@ -84,7 +84,7 @@ def contract_error(error: BackendError | BatchingError) -> contract.ServerError:
         # A refusal that says when to come back.
         return contract.UnavailableError(str(error), math.ceil(error.retry_after_ns / 1e6))
     if isinstance(error, ModelError):
-        return MODEL_ERRORS.get(error.code, contract.InternalError)(str(error))
+        return MODEL_ERRORS[error.code](str(error))  # a ModelError's code is always a known one
     for cls in type(error).__mro__:
         kind = CONTRACT_ERRORS.get(cls)
         if kind is not None:
