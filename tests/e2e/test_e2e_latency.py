@@ -96,6 +96,7 @@ class TritonPythonModel:
 WEIGHTED_BATCH = 4  # `weighted`: its max batch size
 WEIGHTS = "gold=3"  # its convoy_fair_share_weights; `bronze` weighs 1
 BACKLOG = 12  # each class's requests queued behind the held batch
+BURST = 1_000  # requests sent at once, each with a deadline of some milliseconds
 
 
 ENSEMBLE = (
@@ -109,6 +110,7 @@ ENSEMBLE = (
 def write_repository(root: Path) -> Path:
     repo = root / "models"
     models.write_python_model(repo, "slow", FLAT, _python_config("slow", BLOCK_S))
+    models.write_python_model(repo, "fast", FLAT, _python_config("fast", 0.0))
     targeted = _python_config(
         "targeted", 0.1, _parameter("convoy_latency_target_ms", str(TARGET_MS)), max_batch_size=1
     )
@@ -457,6 +459,32 @@ def test_a_fair_share_model_without_the_servers_header_is_warned_about_at_each_l
     with_header = start_server(repo, *flags, "--fair-share-header", FAIR_HEADER)
     np.testing.assert_array_equal(_grpc(with_header, "fair_alone", 3.0), _x(3.0))
     assert "sets convoy_fair_share" not in with_header.log()
+
+
+def test_deadlines_that_end_as_requests_arrive_leave_no_errors_in_the_log(
+    server: ConvoyServer,
+) -> None:
+    """Bursts whose deadlines pass while the server reads them: some requests' calls end in
+    gRPC's core as Convoy answers them, where the answer cannot go out. Each is still
+    answered DEADLINE_EXCEEDED, the server logs no failed send, and it serves on."""
+    answers: queue.Queue[Any] = queue.Queue()
+    tensor = grpcclient.InferInput("X", [1, 1], "FP32")
+    tensor.set_data_from_numpy(_x(1.0))
+    with grpcclient.InferenceServerClient(server.url) as client:
+        for timeout_s in (0.01, 0.02, 0.04):
+            for _ in range(BURST):
+                client.async_infer(
+                    "fast",
+                    [tensor],
+                    lambda result, error: answers.put(error or result),
+                    client_timeout=timeout_s,
+                )
+            outcomes = [answers.get(timeout=30) for _ in range(BURST)]
+            failed = [o for o in outcomes if isinstance(o, InferenceServerException)]
+            assert {e.status() for e in failed} <= {"StatusCode.DEADLINE_EXCEEDED"}
+    np.testing.assert_array_equal(_grpc(server, "fast", 2.0), _x(2.0))
+    assert "ExecuteBatchError" not in server.log()
+    assert "Traceback" not in server.log()
 
 
 def test_a_request_within_its_deadline_is_answered(server: ConvoyServer) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -67,7 +68,13 @@ def edge(method: _Handler[_Resp]) -> _Handler[_Resp]:
                 _log.exception("%s failed unexpectedly", method.__name__)
                 code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
                 trailers = ()
-            await context.abort(code, message, trailers)
+            try:
+                await context.abort(code, message, trailers)
+            except grpc.aio.InternalError:
+                # gRPC's core ended the call first (its deadline passed before the answer, or
+                # the client left), so no status can go out: end the handler as grpc.aio ends
+                # a cancelled call, where the failed send would be logged as a server error.
+                raise asyncio.CancelledError from None
             raise AssertionError("context.abort returned")  # abort always raises
         finally:
             self.calls -= counted
