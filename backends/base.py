@@ -94,6 +94,12 @@ class Instance(Protocol):
         being replaced; its model is not ready meanwhile."""
         ...
 
+    @property
+    def restarts(self) -> int:
+        """How many times its worker was replaced (a python model's process, or its worker in
+        this process), each time losing the state its model kept there; 0 for the others."""
+        ...
+
     async def ready(self) -> bool:
         """Whether its model may answer ready: `healthy`, and for a python model that defines
         `is_ready()`, that method's answer (bounded in time); never raises."""

@@ -8,8 +8,9 @@ from backends.device import Device
 
 class InProcess:
     """The `Instance` properties of a model held in this process (a session, a module, a compiled
-    package): the name, signature and device it was made with, and always healthy, since no
-    other process can fail it. The instance sets `_name`, `_signature` and `_device`."""
+    package): the name, signature and device it was made with, and always healthy, never
+    restarted, since no other process can fail it. The instance sets `_name`, `_signature` and
+    `_device`."""
 
     _name: str
     _signature: ModelSignature
@@ -30,6 +31,10 @@ class InProcess:
     @property
     def healthy(self) -> bool:
         return True
+
+    @property
+    def restarts(self) -> int:
+        return 0
 
     async def ready(self) -> bool:
         return True

@@ -17,6 +17,7 @@ from batching.errors import (
     RefusedError,
     RequestTimeoutError,
     SequenceError,
+    SequenceLostError,
 )
 from batching.fair import FairLine
 from batching.inflight import InFlight
@@ -90,6 +91,7 @@ __all__ = [
     "Selection",
     "SequenceBatcher",
     "SequenceError",
+    "SequenceLostError",
     "SequencePolicy",
     "SequenceStep",
     "Strategy",

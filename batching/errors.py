@@ -61,3 +61,8 @@ class ExecutorContractError(BatchingError):
 
 class SequenceError(BatchingError):
     """A request does not fit its sequence: no correlation id, no START, a batch of several."""
+
+
+class SequenceLostError(BatchingError):
+    """The request's sequence began on an instance whose worker was since replaced, taking the
+    state its model kept for the sequence with it: the sequence must start again."""

@@ -43,6 +43,12 @@ class Executor(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def restarts(self) -> int:
+        """How many times the instance's worker was replaced, each time losing what its model
+        kept in it (a python model's own sequence state); 0 for an instance without one."""
+        ...
+
     async def execute(
         self,
         requests: Sequence[TensorMap],

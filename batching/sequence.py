@@ -254,6 +254,8 @@ class SequenceBatcher:
                     self._slots.lanes.remove(lane)
                     lane.retiring.set_result(lane.executor)
                     continue
+                if lane.executor.restarts:
+                    self._slots.fail_lost(lane)
                 marks = [mark(sequence) for sequence in lane.slots]
                 selection = ready_batch(marks, self._policy, now_ns)
                 if selection.positions and self._may_run(lane):
@@ -275,6 +277,8 @@ class SequenceBatcher:
                 batch.append(None)
                 continue
             request = sequence.requests[0]
+            if request.start:
+                sequence.incarnation = lane.executor.restarts
             sequence.running = True
             batch.append((sequence, request))
         lane.busy = True

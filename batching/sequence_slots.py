@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batching.errors import BatcherFaultError, DeadlineExceededError, SequenceError
+from batching.errors import (
+    BatcherFaultError,
+    DeadlineExceededError,
+    SequenceError,
+    SequenceLostError,
+)
 from batching.execution import settle
 from batching.messages import Executor, Parameters, RequestResult, SequenceStep, TensorMap
 from batching.sequence_policy import ControlKind, SequencePolicy
@@ -48,6 +53,8 @@ class OpenSequence:
     state: dict[str, np.ndarray] = field(default_factory=dict)  # input name -> last output
     last_ns: int = 0  # when its last request arrived or finished
     running: bool = False  # one of its requests is executing
+    # Its instance's `restarts` when its START ran: its requests run on that worker only.
+    incarnation: int = 0
     lane: Lane | None = None
     slot: int = -1
 
@@ -187,6 +194,36 @@ class SequenceSlots:
         if self.policy.iterative:  # the request was its whole sequence
             self.release(sequence)
         settle(request.future, error)
+
+    def fail_lost(self, lane: Lane) -> None:
+        """Fail the waiting requests of `lane`'s sequences that began on a worker its instance
+        has since replaced (up to a new START), and release such a sequence at its END."""
+        restarts = lane.executor.restarts
+        for sequence in lane.slots:
+            if sequence is None or sequence.running or sequence.incarnation == restarts:
+                continue
+            if sequence.requests and not sequence.requests[0].start:
+                _log.warning(
+                    "model '%s': sequence %s lost its state: instance '%s' was restarted since "
+                    "the sequence began",
+                    self.policy.model,
+                    sequence.correlation_id,
+                    lane.executor.name,
+                )
+            while sequence.requests and not sequence.requests[0].start:
+                request = sequence.requests[0]
+                self.drop(
+                    sequence,
+                    request,
+                    SequenceLostError(
+                        f"model '{self.policy.model}': sequence {sequence.correlation_id} lost "
+                        f"its state: instance '{lane.executor.name}' was restarted since the "
+                        "sequence began (its worker failed); start the sequence again with the "
+                        "START flag"
+                    ),
+                )
+                if request.end and not sequence.requests:
+                    self.release(sequence)
 
     def drop_expired(self, now_ns: int) -> int | None:
         """Fail the waiting requests whose deadline passed; when the next one's is."""

@@ -113,6 +113,12 @@ class PythonInstance:
         return instance
 
     @property
+    def restarts(self) -> int:
+        """How many times its worker was replaced (a sequence batcher ends the sequences that
+        began on an earlier one: their state in the model went with it)."""
+        return self._workers.replaced
+
+    @property
     def healthy(self) -> bool:
         """Whether its worker runs (False from a worker's death until its replacement
         serves)."""

@@ -44,6 +44,7 @@ class Supervisor:
         # the watcher of a worker that died between batches.
         self._replacing = threading.Lock()
         self._closed = False
+        self._replaced = 0  # workers replaced after a failed batch or a death between batches
         self._turn = asyncio.Lock()  # a worker's batches from the event loop, one at a time
         # Clear while a batch on the event loop holds the worker's channel: the watcher and
         # `take` wait for it, so that neither closes the channel under the loop's reads.
@@ -54,6 +55,11 @@ class Supervisor:
     def worker(self) -> WorkerProcess | LocalWorker | None:
         """The worker now (None while it is replaced, or once taken)."""
         return self._worker
+
+    @property
+    def replaced(self) -> int:
+        """How many workers were replaced so far; each took its model's own state with it."""
+        return self._replaced
 
     @property
     def closed(self) -> bool:
@@ -90,6 +96,7 @@ class Supervisor:
         with self._replacing:
             if self._worker is worker:
                 self._worker = None
+                self._replaced += 1
                 worker.kill()
                 try:
                     self._worker = self._start_worker()
@@ -146,6 +153,7 @@ class Supervisor:
                 if self._closed or self._worker is not worker:
                     return
                 self._worker = None
+                self._replaced += 1
                 _log.error(
                     "%s: the worker exited with code %s; restarting it", self._model.where(), code
                 )

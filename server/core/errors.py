@@ -26,6 +26,7 @@ from batching import (
     RefusedError,
     RequestTimeoutError,
     SequenceError,
+    SequenceLostError,
 )
 from server.contract import errors as contract
 
@@ -44,6 +45,7 @@ CONTRACT_ERRORS: dict[type[Exception], type[contract.ServerError]] = {
     ExecutorContractError: contract.InternalError,
     BatcherFaultError: contract.InternalError,
     SequenceError: contract.InvalidInputError,
+    SequenceLostError: contract.InternalError,  # as the request that ran when its worker died
 }
 
 # A model's own error by its Triton code, as Triton's front ends answer each code.

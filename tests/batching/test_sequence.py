@@ -22,6 +22,7 @@ from batching import (
     ResourceWait,
     SequenceBatcher,
     SequenceError,
+    SequenceLostError,
     SequencePolicy,
     SequenceStep,
     Strategy,
@@ -69,6 +70,7 @@ class Accumulator:
 
     def __init__(self, name: str = "acc_0", delay_s: float = 0.0) -> None:
         self.name = name
+        self.restarts = 0  # a test replaces its "worker" by counting one more
         self.delay_s = delay_s
         self.batches: list[Sequence[TensorMap]] = []
         self.parameters: list[Sequence[Parameters]] = []
@@ -255,6 +257,32 @@ async def test_backlog_waits_for_a_free_slot() -> None:
     await batcher.stop(1.0)
 
 
+async def test_a_sequence_begun_before_its_instance_restarted_must_start_again() -> None:
+    """The instance's worker was replaced, and with it the state its model kept: the sequences
+    begun before fail their requests, never executed, until they start again (an END ends
+    one and frees its slot); a sequence begun after runs on."""
+    executor = Accumulator()
+    batcher = SequenceBatcher("acc:1", [executor], _policy(slots=2))
+    await batcher.start()
+    assert await _send(batcher, 1, 5, start=True) == 5
+    assert await _send(batcher, 2, 7, start=True) == 7
+    executor.restarts = 1
+    lost = "sequence 1 lost its state: instance 'acc_0' was restarted since the sequence began"
+    with pytest.raises(SequenceLostError, match=lost):
+        await _send(batcher, 1, 1)
+    with pytest.raises(SequenceLostError, match=lost):
+        await _send(batcher, 1, 1, end=True)
+    with pytest.raises(SequenceError, match="START flag"):
+        await _send(batcher, 1, 1)
+    assert await _send(batcher, 3, 2, start=True) == 2  # in the slot sequence 1's END freed
+    assert await _send(batcher, 3, 2) == 4
+    assert await _send(batcher, 2, 10, start=True) == 10  # started again, without an END
+    assert await _send(batcher, 2, 1, end=True) == 11
+    assert len(executor.batches) == 6  # the lost sequence's requests never ran
+    assert batcher.in_flight == 0 and batcher.queue_depth == 0
+    await batcher.stop(1.0)
+
+
 async def test_sequences_spread_over_instances_and_retire_waits_for_them() -> None:
     executors = [Accumulator("acc_0"), Accumulator("acc_1")]
     records: list[ExecutionRecord] = []
@@ -386,6 +414,7 @@ class Countdown:
 
     def __init__(self, delay_s: float = 0.005) -> None:
         self.name = "countdown_0"
+        self.restarts = 0
         self.delay_s = delay_s
         self.runs: dict[int | str, int] = {}
         self.batches: list[list[tuple[int | str, bool]]] = []

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -277,6 +278,17 @@ def generate_stream(http_port: int, model: str, body: Mapping[str, Any]) -> list
             for line in answer.read().splitlines()
             if line.startswith(b"data: ")
         ]
+
+
+def model_workers(server_pid: int) -> list[int]:
+    """The pids of the server's python model worker processes."""
+    found = []
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):
+                if b"_worker.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+    return found
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:

@@ -4,7 +4,6 @@ that raises or hangs fails only its own requests, and the server stays up."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import queue
@@ -24,6 +23,7 @@ from e2e_support import (
     StartServer,
     http_input,
     infer_input,
+    model_workers,
     place_python_models,
 )
 from tritonclient.utils import InferenceServerException
@@ -437,17 +437,6 @@ def test_a_python_model_runs_where_its_config_places_it(
     assert writable == 1
 
 
-def _model_workers(server_pid: int) -> list[int]:
-    """The pids of the server's python model worker processes."""
-    found = []
-    for task in Path(f"/proc/{server_pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            with contextlib.suppress(FileNotFoundError):
-                if b"_worker.py" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(int(child))
-    return found
-
-
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> float:
     """Seconds until `condition` held; fails past `timeout_s`."""
     start_s = time.monotonic()
@@ -468,14 +457,14 @@ def test_a_dead_worker_makes_its_model_not_ready_until_it_is_replaced(
     x = np.ones((1, 4), np.float32)
     with grpcclient.InferenceServerClient(server.url) as triton:
         # Killed between batches: seen at once, not at the next request.
-        (victim,) = _model_workers(server.process.pid)
+        (victim,) = model_workers(server.process.pid)
         os.kill(victim, signal.SIGKILL)
         _wait_for(lambda: not triton.is_model_ready("slow"), timeout_s=5.0)
         _wait_for(lambda: triton.is_model_ready("slow"))
         y = triton.infer("slow", [infer_input("X", x, "FP32")]).as_numpy("Y")
         np.testing.assert_array_equal(y, 2 * x)
         # Killed while it runs a batch: that batch fails clearly, the next one is served.
-        (victim,) = _model_workers(server.process.pid)
+        (victim,) = model_workers(server.process.pid)
         answers: queue.Queue[object] = queue.Queue()
         triton.async_infer(
             "slow", [infer_input("X", x, "FP32")], lambda result, error: answers.put(error)

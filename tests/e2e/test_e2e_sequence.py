@@ -5,8 +5,10 @@ and unload, reload and instance-count changes ending or keeping sequences as Tri
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from e2e_support import ConvoyServer, StartServer
+from e2e_support import ConvoyServer, StartServer, model_workers, wait_for
 from tritonclient.utils import InferenceServerException
 
 from scripts import gen_models
@@ -318,3 +320,46 @@ def test_unload_and_reload_end_sequences(
         with pytest.raises(InferenceServerException, match="must specify the START flag"):
             _send(client, "direct", 51, 1)
         assert _send(client, "direct", 51, 3, start=True, end=True) == 3
+
+
+def test_a_sequence_whose_python_worker_died_must_start_again(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """model.py keeps each sequence's total in its worker process: when the process dies, the
+    sequences begun there fail clearly (never a total counted from nothing) until they start
+    again; the server and its other sequences go on."""
+    repo = tmp_path / "repo"
+    gen_models.write_accumulate_python(repo)
+    server = start_server(repo)
+    assert server.process is not None
+    with _clients(server) as (grpc_client, http_client):
+        assert _send(grpc_client, PYTHON, 61, 5, start=True) == 5
+        assert _send(http_client, PYTHON, 62, 7, start=True) == 7
+        dead = model_workers(server.process.pid)
+        for pid in dead:  # both instances: the sequences may sit on either
+            os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: (
+                len(set(model_workers(server.process.pid)) - set(dead)) == len(dead)
+                and grpc_client.is_model_ready(PYTHON)
+            ),
+            "the workers' replacements",
+        )
+        for client, sequence, status in (
+            (grpc_client, 61, "StatusCode.INTERNAL"),
+            (http_client, 62, "500"),
+        ):
+            with pytest.raises(InferenceServerException) as caught:
+                _send(client, PYTHON, sequence, 1)
+            assert str(caught.value.status()) == status
+            assert f"sequence {sequence} lost its state" in caught.value.message()
+            assert "start the sequence again" in caught.value.message()
+        with pytest.raises(InferenceServerException, match="lost its state"):
+            _send(grpc_client, PYTHON, 61, 1, end=True)  # its END ends it
+        with pytest.raises(InferenceServerException, match="must specify the START flag"):
+            _send(grpc_client, PYTHON, 61, 1)
+        assert _send(grpc_client, PYTHON, 61, 3, start=True) == 3
+        assert _send(grpc_client, PYTHON, 61, 4, end=True) == 7
+        assert _send(http_client, PYTHON, 62, 10, start=True) == 10  # again, without an END
+        assert _send(http_client, PYTHON, 62, 1, end=True) == 11
+    assert "Traceback" not in server.log()

@@ -116,6 +116,10 @@ class DecoupledExecutor:
     def name(self) -> str:
         return self.instance.name
 
+    @property
+    def restarts(self) -> int:
+        return self.instance.restarts
+
     async def execute(
         self,
         requests: Sequence[TensorMap],

@@ -172,6 +172,10 @@ class RaggedExecutor:
     def name(self) -> str:
         return self.instance.name
 
+    @property
+    def restarts(self) -> int:
+        return self.instance.restarts
+
     async def execute(
         self,
         requests: Sequence[TensorMap],
