@@ -9,6 +9,7 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -120,25 +121,36 @@ class Loading(Unloading):
     ) -> None:
         """(Re)load a model from its directory in a repository; `stamp` if already taken.
 
-        An ensemble's composing models are loaded first when they are not ready.
+        An ensemble's composing models are loaded first when they are not ready, and are in
+        use from then on (`composing`): an idle one is not unloaded while the ensemble loads.
         """
-        await self._load_composing(name, path, override, chain)
-        async with self._lock(name):
-            stamp = directory_stamp(path) if stamp is None else stamp
-            await self._build_and_swap(name, path, override, stamp)
+        composing = self._composing_of(path, override)
+        self._loading_for.update(composing)
+        try:
+            await self._load_composing(name, composing, chain)
+            async with self._lock(name):
+                stamp = directory_stamp(path) if stamp is None else stamp
+                await self._build_and_swap(name, path, override, stamp)
+        finally:
+            self._loading_for -= Counter(composing)  # (a name that reaches 0 leaves)
 
-    async def _load_composing(
-        self, name: str, path: Path, override: mc.ModelConfig | None, chain: tuple[str, ...]
-    ) -> None:
+    def _composing_of(self, path: Path, override: mc.ModelConfig | None) -> list[str]:
+        """The models an ensemble's config names (none for another model, or an unreadable
+        config, which the build reports)."""
         try:
             config = override if override is not None else read_config(path, self._config_name)
         except (ConfigError, OSError):
-            return  # the build reports it
-        if config is None or not is_ensemble(config):
+            return []
+        return composing_models(config) if config is not None and is_ensemble(config) else []
+
+    async def _load_composing(
+        self, name: str, composing: list[str], chain: tuple[str, ...]
+    ) -> None:
+        if not composing:
             return
-        await self._sources.sync(composing_models(config))
+        await self._sources.sync(composing)
         found = self.scan()
-        for model in composing_models(config):
+        for model in composing:
             if model in chain or model == name or self.is_ready(model) or model not in found:
                 continue  # a cycle or an unknown model: the ensemble's plan names it
             with contextlib.suppress(ModelLoadFailedError):  # in the index, and logged

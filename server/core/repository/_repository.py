@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,6 +71,8 @@ class Repository(Loading):
         self._locks: dict[str, asyncio.Lock] = {}  # one lifecycle operation per model at once
         self._draining: set[asyncio.Task[None]] = set()
         self._lazy: dict[str, asyncio.Task[None]] = {}  # on-demand loads of evicted models
+        # The composing models of the ensembles being loaded, counted per load in progress.
+        self._loading_for: Counter[str] = Counter()
         self._changes = 0  # see `changes`
         # The families Python models register (`pb_utils.MetricFamily`), for the metrics page.
         self.custom_metrics = CustomMetrics()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from server.core.repository._budget import MemoryBudget, Resident, plan_room
@@ -31,6 +32,7 @@ class Unloading:
 
     _budget: MemoryBudget | None
     _models: dict[str, ModelEntry]
+    _loading_for: Counter[str]
     _locks: dict[str, asyncio.Lock]
     _draining: set[asyncio.Task[None]]
     _changes: int
@@ -78,13 +80,13 @@ class Unloading:
         await self._take_down(entry, reason)
 
     def composing(self) -> set[str]:
-        """The models a ready ensemble uses (never unloaded under it)."""
+        """The models a ready ensemble uses, or one being loaded (never unloaded under it)."""
         return {
             model
             for e in self._models.values()
             if e.ready and e.config is not None
             for model in composing_models(e.config)
-        }
+        } | set(self._loading_for)
 
     async def _take_down(self, entry: ModelEntry, reason: str) -> None:
         old = entry.ready
