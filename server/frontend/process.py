@@ -25,6 +25,7 @@ from server.frontend.grpc import (
     InferenceServicer,
     close_connections,
     inference_handler,
+    quiet_finished_calls,
     stop_listening,
 )
 from server.frontend.http import HttpFrontEnd
@@ -174,6 +175,7 @@ class FrontEnd:
     def _build_grpc_server(self, health: health_aio.HealthServicer) -> grpc.aio.Server:
         settings = self._settings
         options = server_options(settings)
+        quiet_finished_calls()
         server = grpc.aio.server(
             options=options, compression=COMPRESSION[settings.grpc.compression]
         )

@@ -464,9 +464,10 @@ def test_a_fair_share_model_without_the_servers_header_is_warned_about_at_each_l
 def test_deadlines_that_end_as_requests_arrive_leave_no_errors_in_the_log(
     server: ConvoyServer,
 ) -> None:
-    """Bursts whose deadlines pass while the server reads them: some requests' calls end in
-    gRPC's core as Convoy answers them, where the answer cannot go out. Each is still
-    answered DEADLINE_EXCEEDED, the server logs no failed send, and it serves on."""
+    """Bursts whose deadlines pass while the server works on them: some requests' calls end
+    in gRPC's core as Convoy answers them (an error or outputs), where the answer cannot go
+    out. Their clients have the core's status, the server logs no failed send as an error,
+    and it serves on."""
     answers: queue.Queue[Any] = queue.Queue()
     tensor = grpcclient.InferInput("X", [1, 1], "FP32")
     tensor.set_data_from_numpy(_x(1.0))
@@ -481,7 +482,10 @@ def test_deadlines_that_end_as_requests_arrive_leave_no_errors_in_the_log(
                 )
             outcomes = [answers.get(timeout=30) for _ in range(BURST)]
             failed = [o for o in outcomes if isinstance(o, InferenceServerException)]
-            assert {e.status() for e in failed} <= {"StatusCode.DEADLINE_EXCEEDED"}
+            # CANCELLED: the server's core ended the call at its deadline (a reset stream)
+            # a moment before the client's own timer fired.
+            ended = {"StatusCode.DEADLINE_EXCEEDED", "StatusCode.CANCELLED"}
+            assert {e.status() for e in failed} <= ended
     np.testing.assert_array_equal(_grpc(server, "fast", 2.0), _x(2.0))
     log = server.log()
     assert "ExecuteBatchError" not in log and "Traceback" not in log, log[

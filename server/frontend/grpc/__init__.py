@@ -1,6 +1,6 @@
 """The gRPC edge: Triton's inference service, its tensor codec and the error-to-status table."""
 
-from server.frontend.grpc.edge import RESTRICTABLE_GROUPS
+from server.frontend.grpc.edge import RESTRICTABLE_GROUPS, quiet_finished_calls
 from server.frontend.grpc.forward import serve_serialized, serve_serialized_stream
 from server.frontend.grpc.registration import GenericOnly, inference_handler
 from server.frontend.grpc.servicer import InferenceServicer
@@ -15,6 +15,7 @@ __all__ = [
     "InferenceServicer",
     "close_connections",
     "inference_handler",
+    "quiet_finished_calls",
     "serve_serialized",
     "serve_serialized_stream",
     "status_for",

@@ -1,9 +1,9 @@
 """The edge every unary RPC passes (`edge`): its protocol group's restriction checked
-(--grpc-restricted-protocol), then domain errors turned into their status codes."""
+(--grpc-restricted-protocol), then domain errors turned into their status codes; and what
+grpc.aio logs of an answer that came after its call ended (`quiet_finished_calls`)."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -15,6 +15,7 @@ from server.contract.errors import ServerError
 from server.frontend.grpc.status import retry_pushback, status_for
 
 _log = logging.getLogger(__name__)
+GRPC_AIO_LOGGER = "grpc._cython.cygrpc"  # where grpc.aio's server logs its handlers' failures
 
 _Resp = TypeVar("_Resp")
 _Handler = Callable[..., Awaitable[_Resp]]
@@ -46,6 +47,30 @@ RPC_GROUPS: dict[str, str] = {
 RESTRICTABLE_GROUPS = frozenset(RPC_GROUPS.values())
 
 
+class FinishedCallFilter(logging.Filter):
+    """For grpc.aio's logger: an answer (or error status) whose send failed because gRPC's core
+    had already ended the call (its deadline passed, or its client left, while the handler ran)
+    is logged by grpc.aio as a server error with a traceback whenever grpc.aio had not yet seen
+    the end, and ignored when it had; the client has its status from the core either way. Such
+    a record becomes one debug line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if type(error).__name__ != "ExecuteBatchError":
+            return True
+        record.msg = f"{record.getMessage()}: the call had already ended"
+        record.args, record.exc_info = (), None
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+def quiet_finished_calls() -> None:
+    """Give grpc.aio's logger a `FinishedCallFilter` (once per process)."""
+    grpc_log = logging.getLogger(GRPC_AIO_LOGGER)
+    if not any(isinstance(f, FinishedCallFilter) for f in grpc_log.filters):
+        grpc_log.addFilter(FinishedCallFilter())
+
+
 def edge(method: _Handler[_Resp]) -> _Handler[_Resp]:
     """Check restrictions, then turn domain errors into their status codes; anything
     unexpected is INTERNAL and logged. Keyword arguments its registration binds (ModelInfer's
@@ -68,13 +93,7 @@ def edge(method: _Handler[_Resp]) -> _Handler[_Resp]:
                 _log.exception("%s failed unexpectedly", method.__name__)
                 code, message = grpc.StatusCode.INTERNAL, f"internal error: {exc}"
                 trailers = ()
-            try:
-                await context.abort(code, message, trailers)
-            except grpc.aio.InternalError:
-                # gRPC's core ended the call first (its deadline passed before the answer, or
-                # the client left), so no status can go out: end the handler as grpc.aio ends
-                # a cancelled call, where the failed send would be logged as a server error.
-                raise asyncio.CancelledError from None
+            await context.abort(code, message, trailers)
             raise AssertionError("context.abort returned")  # abort always raises
         finally:
             self.calls -= counted
