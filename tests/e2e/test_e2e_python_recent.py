@@ -5,6 +5,7 @@ the client (gRPC, HTTP, a stream) and a BLS caller."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import queue
 import socket
@@ -497,3 +498,30 @@ def test_an_http_stream_the_client_leaves_before_any_event_ends_too(
     assert marker.exists(), "the model never saw its caller leave"
     observed, sent = marker.read_text().split()
     assert (observed, sent) == ("True", "0")
+
+
+def _put_answer(answers: queue.Queue[object], result: object, error: object) -> None:
+    answers.put(error or result)
+
+
+def test_streams_cancelled_while_a_model_streams_leave_nothing_pending(
+    server: ConvoyServer, flags: Path
+) -> None:
+    """Eight gRPC streams, four requests each, cancelled while `counter` streams to them: the
+    server lets go of what each request waited on (no task left pending for the collector to
+    find) and serves on."""
+    x = np.array([1.0], np.float32)
+    for _ in range(8):
+        answers: queue.Queue[object] = queue.Queue()  # this stream's, not the one's before
+        with grpcclient.InferenceServerClient(server.url) as triton:
+            triton.start_stream(functools.partial(_put_answer, answers))
+            for _ in range(4):
+                triton.async_stream_infer("counter", [infer_input("X", x, "FP32")])
+            for _ in range(2):
+                assert not isinstance(answers.get(timeout=10), InferenceServerException)
+            triton.stop_stream(cancel_requests=True)
+    with grpcclient.InferenceServerClient(server.url) as triton:
+        for _ in range(300):  # work enough for the server's garbage collector to run
+            y = triton.infer("parameters", [infer_input("X", x, "FP32")]).as_numpy("Y")
+            np.testing.assert_array_equal(y, x)
+    assert "Task was destroyed but it is pending" not in server.log()

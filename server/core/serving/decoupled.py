@@ -60,6 +60,7 @@ class DecoupledRouter:
         tagged = msgspec.structs.replace(options, parameters={**options.parameters, _TOKEN: token})
         running = asyncio.create_task(submit(target, arrays, batch_size, tagged))
         histograms, started_ns = target.stats.latency, time.monotonic_ns()
+        taking: asyncio.Future[Streamed] | None = None
         try:
             while True:
                 taking = asyncio.ensure_future(sink.get())
@@ -81,8 +82,9 @@ class DecoupledRouter:
                     return
         finally:
             self._sinks.pop(token, None)
-            if not running.done():
-                running.cancel()
+            for task in (taking, running):  # the consumer may have left while both waited
+                if task is not None and not task.done():
+                    task.cancel()
 
     def take(
         self, parameters: Sequence[Parameters]
