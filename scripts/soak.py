@@ -3,11 +3,14 @@ failed (by status), and the memory (RSS) of every server process at the start an
 
 Traffic, each kind on its own threads, every answer checked against NumPy: unary gRPC on
 `simple`, gRPC streams of several requests (each answered once, matched by id), HTTP/REST, calls
-cancelled by a short client deadline, system shared-memory inputs and outputs, and the stateful
-`accumulate` model over sequences. Beside it the model is reloaded now and then (explicit model
-control) and, with `--frontend-workers`, a worker is killed now and then (the server restarts
-it). A request caught by a reload or a killed worker may fail with UNAVAILABLE (a client retries
-it); anything else, or a wrong or duplicated answer, counts as a fault. Exit status 1 on a fault.
+cancelled by a short client deadline, system shared-memory inputs and outputs, and sequences on
+the stateful `accumulate` (implicit state) and `accumulate_python` (model.py keeps the state).
+Beside it the model is reloaded now and then (explicit model control), the python model's worker
+process is killed now and then, and, with `--frontend-workers`, a front-end worker (the server
+restarts each). A request caught by a reload or a killed worker may fail with UNAVAILABLE (a
+killed model worker: INTERNAL, its batch and the sequences begun on it; a client retries it);
+anything else, a wrong or duplicated answer, or a traceback or a task left pending in the
+server's log, counts as a fault. Exit status 1 on a fault.
 
 Usage: python scripts/soak.py [--seconds 600] [--frontend-workers 2] [--threads 2]
 """
@@ -34,29 +37,34 @@ if __package__ in (None, ""):
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from scripts.gen_models import write_accumulate, write_simple
-from scripts.soak_traffic import TRAFFIC, Tally
+from scripts.gen_models import write_accumulate, write_accumulate_python, write_simple
+from scripts.soak_traffic import KILLED_MODEL_WORKER, TRAFFIC, Tally
 
 SERVING = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(child) for child in text.split()]
+    """The processes `pid` started, from any of its threads (a model's worker is started from a
+    loading thread, not the main one)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
-def _workers(pid: int) -> list[int]:
+def _workers(pid: int, marker: bytes = b"frontend") -> list[int]:
+    """The server's child processes with `marker` in their command line (an argument, or a
+    file's name): its front-end workers, or (b"_worker.py") its python models' workers."""
     found = []
     for child in _children(pid):
         try:
             command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"frontend" in command:
+        if any(argument.rsplit(b"/", 1)[-1] == marker for argument in command):
             found.append(child)
     return found
 
@@ -126,11 +134,12 @@ def _server(
 def _disturb(
     url: str, process: subprocess.Popen[bytes], workers: int, tally: Tally, stop: threading.Event
 ) -> Counter[str]:
-    """Reload the model every 20 s and kill a worker every 45 s, until stopped."""
+    """Reload the model every 20 s, kill a python model's worker process every 30 s and a
+    front-end worker every 45 s, until stopped."""
     done: Counter[str] = Counter()
     started = time.monotonic()
     with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
-        next_reload, next_kill = started + 20, started + 45
+        next_reload, next_model_kill, next_kill = started + 20, started + 30, started + 45
         while not stop.wait(1.0):
             now = time.monotonic()
             if now >= next_reload:
@@ -140,6 +149,13 @@ def _disturb(
                     done["reloads"] += 1
                 tally.disturb("reload")
                 next_reload = now + 20
+            if now >= next_model_kill:
+                model_workers = _workers(process.pid, b"_worker.py")
+                if model_workers:
+                    tally.disturb(KILLED_MODEL_WORKER)
+                    os.kill(model_workers[int(now) % len(model_workers)], signal.SIGKILL)
+                    done["model workers killed"] += 1
+                next_model_kill = now + 30
             if workers and now >= next_kill:
                 alive = _workers(process.pid)
                 if alive:
@@ -160,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         repository = Path(scratch) / "models"
         write_simple(repository)
         write_accumulate(repository)
+        write_accumulate_python(repository)
         log = Path(scratch) / "server.log"
         with _server(repository, args.frontend_workers, log) as (process, url, http_url):
             tally = Tally()
@@ -186,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
             for thread in (*threads, disturber):
                 thread.join(60)
             alive = process.poll() is None
+        # What no disturbance excuses: an error logged with its traceback, a task left pending.
+        logged = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if line.startswith("Traceback") or "Task was destroyed" in line
+        ]
     print(
         f"soak: {args.seconds:.0f} s, {args.frontend_workers} front-end workers, "
         f"server alive: {alive}"
@@ -203,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for fault in tally.faults:
         print(f"FAULT {fault}")
-    return 1 if tally.faults or not alive else 0
+    for line in logged[:20]:
+        print(f"FAULT in the server's log: {line}")
+    return 1 if tally.faults or logged or not alive else 0
 
 
 if __name__ == "__main__":

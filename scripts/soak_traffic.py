@@ -20,6 +20,9 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 RETRYABLE = {"StatusCode.UNAVAILABLE", "503", "StatusCode.CANCELLED"}
+# A killed model worker fails the batch it ran, and the sequences begun on it, as INTERNAL.
+KILLED_MODEL_WORKER = "killed model worker"
+RETRYABLE_AFTER = {KILLED_MODEL_WORKER: RETRYABLE | {"StatusCode.INTERNAL"}}
 _AFTER_S = 5.0  # how long after a reload or a killed worker its refusals are owed to it
 _RETRY_S = 0.05  # a client's pause before it retries
 
@@ -41,11 +44,17 @@ class Tally:
         with self._lock:
             self.disturbed.append((time.monotonic(), what))
 
-    def cause(self) -> str | None:
-        """The disturbance of the last few seconds a refusal is owed to (None: none)."""
+    def cause(self, status: str | None = None) -> str | None:
+        """The disturbance of the last few seconds a refusal with `status` (None: a lost
+        connection) is owed to: the latest that explains it; None: none."""
         with self._lock:
             recent = [what for at, what in self.disturbed if time.monotonic() - at < _AFTER_S]
-        return recent[-1] if recent else None
+        owed = [
+            what
+            for what in recent
+            if status is None or status in RETRYABLE_AFTER.get(what, RETRYABLE)
+        ]
+        return owed[-1] if owed else None
 
     def fault(self, kind: str, what: str) -> None:
         with self._lock:
@@ -72,8 +81,8 @@ def _outcome(tally: Tally, kind: str, error: InferenceServerException) -> None:
     if "DEADLINE" in status or "Deadline" in status:
         tally.add(kind, status)
         return
-    cause = tally.cause()
-    if status in RETRYABLE and cause is not None:
+    cause = tally.cause(status)
+    if cause is not None:
         tally.add(kind, f"{status} after a {cause}")
         time.sleep(_RETRY_S)
     else:
@@ -216,8 +225,9 @@ def shared_memory(url: str, http_url: str, tally: Tally, stop: threading.Event, 
                 shm.destroy_shared_memory_region(handle)
 
 
-def sequences(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
-    """Sequences of five requests on `accumulate`; each answer the running total."""
+def _sequences(url: str, tally: Tally, stop: threading.Event, seed: int, model: str) -> None:
+    """Sequences of five requests on `model`; each answer the running total."""
+    shape = [1] if model == "accumulate_python" else [1, 1]  # that one does not batch
     sequence = seed * 1_000_000
     with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
         while not stop.is_set():
@@ -225,25 +235,37 @@ def sequences(url: str, http_url: str, tally: Tally, stop: threading.Event, seed
             total = 0
             for step in range(5):
                 value = step + 1
-                tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
-                tensor.set_data_from_numpy(np.array([[value]], np.int32))
+                tensor = grpcclient.InferInput("INPUT", shape, "INT32")
+                tensor.set_data_from_numpy(np.full(shape, value, np.int32))
                 try:
                     result = client.infer(
-                        "accumulate",
+                        model,
                         [tensor],
                         sequence_id=sequence,
                         sequence_start=step == 0,
                         sequence_end=step == 4,
                     )
                 except InferenceServerException as error:
-                    _outcome(tally, "sequence", error)
-                    break  # a reload ends the sequence: start a new one
+                    _outcome(tally, model, error)
+                    break  # a reload (or a killed model worker) ends it: start a new one
                 total += value
-                if int(result.as_numpy("OUTPUT")[0, 0]) == total:
-                    tally.add("sequence", "OK")
+                if int(result.as_numpy("OUTPUT").reshape(-1)[0]) == total:
+                    tally.add(model, "OK")
                 else:
-                    tally.fault("sequence", f"sequence {sequence}: a wrong running total")
+                    tally.fault(model, f"sequence {sequence}: a wrong running total")
                     break
+
+
+def sequences(url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int) -> None:
+    """`accumulate`: the state is the server's (implicit state)."""
+    _sequences(url, tally, stop, seed, "accumulate")
+
+
+def python_sequences(
+    url: str, http_url: str, tally: Tally, stop: threading.Event, seed: int
+) -> None:
+    """`accumulate_python`: model.py keeps the state, in its worker process."""
+    _sequences(url, tally, stop, seed, "accumulate_python")
 
 
 TRAFFIC: tuple[Callable[[str, str, Tally, threading.Event, int], None], ...] = (
@@ -253,4 +275,5 @@ TRAFFIC: tuple[Callable[[str, str, Tally, threading.Event, int], None], ...] = (
     streams,
     shared_memory,
     sequences,
+    python_sequences,
 )
