@@ -5,6 +5,7 @@ metrics; and a real redis-server that two servers share, killed and brought back
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from e2e_support import (
     ensemble_config,
     metric,
     shm_inputs,
+    swapped_simple,
 )
 from onnx import TensorProto
 
@@ -225,6 +227,41 @@ def test_an_ensemble_is_cached_at_the_top_and_its_steps_on_their_own(local: Conv
     assert (ensemble["hits"], ensemble["misses"], ensemble["success"]) == (2, 1, 3)
     # The step ran once, for the miss (a miss of its own); the hits never reached it.
     assert _delta(before[CACHED], after[CACHED]) == _counted(hits=0, misses=1, executions=1)
+
+
+def test_a_reload_with_other_files_never_answers_from_the_old_entries(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """`cached` reloaded with a model that subtracts: neither it nor the ensemble above it
+    answers from what the adding model stored; loaded back, the adding model's entries (the
+    same files, the same keys, as on a replica) answer again."""
+    repo = _repository(tmp_path / "models")
+    flags = ("--model-control-mode", "explicit", "--load-model", "*")
+    server = start_server(repo, *flags, "--cache-config", "local,size=1000000")
+    a, b = _pair(50)
+    tensor = grpcclient.InferInput("IN", [1, 16], "FP32")
+    tensor.set_data_from_numpy(a)
+    with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+
+        def both() -> tuple[np.ndarray, np.ndarray]:
+            result = client.infer(CACHED, _inputs(grpcclient, a, b)).as_numpy("OUTPUT0")
+            return result, client.infer(ENSEMBLE, [tensor]).as_numpy("OUT")
+
+        adding, twice = both()
+        np.testing.assert_array_equal(adding, a + b)
+        np.testing.assert_array_equal(twice, a + a)
+        config = client.get_model_config(CACHED, as_json=True)["config"]
+        files = {"file:1/model.onnx": swapped_simple().SerializeToString()}
+        client.load_model(CACHED, config=json.dumps(config), files=files)
+        subtracting, nothing = both()
+        np.testing.assert_array_equal(subtracting, a - b)
+        np.testing.assert_array_equal(nothing, np.zeros_like(a))
+        client.load_model(CACHED)  # its own files again
+        before = _stats(server.url)
+        adding, twice = both()
+    np.testing.assert_array_equal(adding, a + b)
+    np.testing.assert_array_equal(twice, a + a)
+    assert _delta(before, _stats(server.url))["hits"] == 1
 
 
 def test_metrics_and_the_models_that_are_not_cached(local: ConvoyServer) -> None:

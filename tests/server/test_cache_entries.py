@@ -22,7 +22,7 @@ TYPES = {"A": "FP32", "B": "BYTES"}
 
 
 def _key(arrays: dict[str, np.ndarray], prefix: bytes | None = None, **parameters: object) -> bytes:
-    key = request_key(prefix or version_prefix("m", 1), arrays, TYPES, parameters)  # type: ignore[arg-type]
+    key = request_key(prefix or version_prefix("m", 1, b""), arrays, TYPES, parameters)  # type: ignore[arg-type]
     assert key is not None
     return key
 
@@ -52,20 +52,21 @@ def test_anything_else_gives_another_key() -> None:
         _key(one_byte),
         _key(reshaped),
         _key(other_bytes),
-        _key(_inputs(), prefix=version_prefix("m", 2)),
-        _key(_inputs(), prefix=version_prefix("n", 1)),
+        _key(_inputs(), prefix=version_prefix("m", 2, b"")),
+        _key(_inputs(), prefix=version_prefix("n", 1, b"")),
+        _key(_inputs(), prefix=version_prefix("m", 1, b"other files")),
         _key(_inputs(), temperature=1),
         _key({"A": _inputs()["A"]}),
     }
     assert base not in keys
-    assert len(keys) == 7
+    assert len(keys) == 8
 
 
 def test_an_input_not_in_host_memory_is_not_cached() -> None:
     class DeviceArray:  # what a CUDA shared memory input is: not a NumPy array
         shape = (1,)
 
-    assert request_key(version_prefix("m", 1), {"A": DeviceArray()}, TYPES, {}) is None  # type: ignore[dict-item]
+    assert request_key(version_prefix("m", 1, b""), {"A": DeviceArray()}, TYPES, {}) is None  # type: ignore[dict-item]
 
 
 def test_an_entry_round_trips_every_kind_of_tensor() -> None:
@@ -139,13 +140,13 @@ def _config(text: str) -> mc.ModelConfig:
 def test_which_versions_use_the_cache(caplog: pytest.LogCaptureFixture) -> None:
     cache = LocalCache(1024)
     enabled = "response_cache { enable: true }\n"
-    assert version_cache(cache, _config(""), 1) is None
-    assert version_cache(cache, _config(enabled), 1) is not None
+    assert version_cache(cache, _config(""), 1, b"") is None
+    assert version_cache(cache, _config(enabled), 1, b"") is not None
     with caplog.at_level(logging.WARNING):
-        assert version_cache(None, _config(enabled), 1) is None
+        assert version_cache(None, _config(enabled), 1, b"") is None
         decoupled = enabled + "model_transaction_policy { decoupled: true }"
-        assert version_cache(cache, _config(decoupled), 1) is None
-        assert version_cache(cache, _config(enabled + "sequence_batching { }"), 1) is None
+        assert version_cache(cache, _config(decoupled), 1, b"") is None
+        assert version_cache(cache, _config(enabled + "sequence_batching { }"), 1, b"") is None
     assert [record.getMessage() for record in caplog.records] == [
         "model 'm' version 1 enables response_cache, but the server has no cache "
         "(--cache-config): its responses are not cached",

@@ -1,7 +1,8 @@
-"""The cache key of a request: SHA-256 over the model name and version, then every input's name,
-data type, shape and bytes (in name order) and the parameters that reach the model. The request
-id and the requested outputs never take part, so equal requests share one entry; the digest is
-the same in every process, so replicas share entries through Redis."""
+"""The cache key of a request: SHA-256 over the model's name, version and content (what its
+answers depend on), then every input's name, data type, shape and bytes (in name order) and the
+parameters that reach the model. The request id and the requested outputs never take part, so
+equal requests share one entry; the digest is the same in every process, so replicas serving
+the same files share entries through Redis."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from server.contract.datatypes import encode_bytes
 _LENGTH = struct.Struct("<Q")
 
 
-def version_prefix(model: str, version: int) -> bytes:
-    """What every key of one model version starts from."""
-    return _field(model.encode()) + _field(str(version).encode())
+def version_prefix(model: str, version: int, content: bytes) -> bytes:
+    """What every key of one model version starts from: its name, number and content (what
+    its answers depend on), so that a reload with other files or another config misses."""
+    return _field(model.encode()) + _field(str(version).encode()) + _field(content)
 
 
 def request_key(

@@ -57,7 +57,7 @@ class VersionCache:
     """The cache as one version uses it: keys start from its name and version."""
 
     cache: ResponseCache
-    prefix: bytes  # version_prefix(name, version)
+    prefix: bytes  # version_prefix(name, version, content)
     datatypes: Mapping[str, str]  # input name -> wire data type
 
     async def lookup(
@@ -91,10 +91,11 @@ class VersionCache:
 
 
 def version_cache(
-    cache: ResponseCache | None, config: mc.ModelConfig, version: int
+    cache: ResponseCache | None, config: mc.ModelConfig, version: int, content: bytes
 ) -> VersionCache | None:
     """The cache a loaded version uses: None unless its config enables `response_cache`, the
-    server has a cache, and the model is neither decoupled nor a sequence model."""
+    server has a cache, and the model is neither decoupled nor a sequence model. `content`
+    names what its answers depend on (its keys start from it)."""
     if not config.response_cache.enable:
         return None
     where = f"model '{config.name}' version {version}"
@@ -112,7 +113,7 @@ def version_cache(
         _log.warning("%s has sequence_batching: sequence models are never cached", where)
         return None
     datatypes = {tensor.name: wire_name(tensor.data_type) for tensor in config.input}
-    return VersionCache(cache, version_prefix(config.name, version), datatypes)
+    return VersionCache(cache, version_prefix(config.name, version, content), datatypes)
 
 
 def open_cache(spec: CacheSpec | None) -> ResponseCache | None:

@@ -1,9 +1,10 @@
 """A model's directory: its name's rule, the stamp that tells a poll whether its files changed,
-and the files a load request lays out as one."""
+the digest of what a version's answers depend on, and the files a load request lays out as one."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +29,25 @@ def directory_stamp(path: Path) -> tuple[object, ...]:
                 info = item.stat()
                 stamp.append((relative, info.st_size, info.st_mtime_ns))
     return tuple(stamp)
+
+
+def content_digest(path: Path, version: int, config: bytes) -> bytes:
+    """SHA-256 over what a version's answers depend on: its effective config (`config`,
+    serialized deterministically) and the contents of every file in its model directory but
+    the other versions' (and `__pycache__`). Replicas serving the same files agree on it; any
+    change to the model's files or config changes it. Reads every file: call from a thread."""
+    digest = hashlib.sha256(config)
+    for item in sorted(path.rglob("*")):
+        relative = item.relative_to(path)
+        top = relative.parts[0]
+        if "__pycache__" in relative.parts or (top.isdigit() and top != str(version)):
+            continue
+        with contextlib.suppress(OSError):  # gone since listed: then not part of the load
+            if item.is_file():
+                with item.open("rb") as data:
+                    contents = hashlib.file_digest(data, "sha256").digest()
+                digest.update(str(relative).encode() + b"\0" + contents)
+    return digest.digest()
 
 
 def write_files(name: str, path: Path, files: Mapping[str, bytes]) -> Path:

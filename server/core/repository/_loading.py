@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 from batching import BatchPolicy, RateLimiter
 from proto import model_config_pb2 as mc
 from server.contract.errors import LOAD_FAILED, LOAD_NOT_POLLED, ConfigError, ModelLoadFailedError
-from server.core.cache import ResponseCache, version_cache
+from server.core.cache import ResponseCache
 from server.core.repository._autocomplete import AutoComplete
 from server.core.repository._config import read_config
+from server.core.repository._content import keep_content, refresh_ensembles
 from server.core.repository._directories import check_name, directory_stamp, write_files
 from server.core.repository._loader import Built, Peers, build_model
 from server.core.repository._models import ModelEntry, ModelState, ModelVersion, VersionStatus
@@ -166,9 +167,7 @@ class Loading(Unloading):
             entry.statuses = [VersionStatus(None, ModelState.LOADING)]
         built = await self._build(name, path, override, entry.ready)
         for built_version in built.ready.values():
-            built_version.cache = version_cache(
-                self._cache, built_version.config, built_version.version
-            )
+            await keep_content(built_version, path, self._loaded, self._cache)
         if built.failures and entry.ready:
             entry.failed_stamp = stamp
             reason = "; ".join(built.failures)
@@ -192,6 +191,8 @@ class Loading(Unloading):
         entry.stamp, entry.failed_stamp = stamp, ()
         entry.loaded_ms, entry.evicted = time.time_ns() // 1_000_000, False
         entry.idle_unloaded = False
+        every = (v for e in self._models.values() for v in e.ready.values())
+        refresh_ensembles(name, every, self._loaded, self._cache)
         self._changes += 1
         self._retire(replaced)
         if entry.config is not None and not self._requests_classified:
@@ -201,6 +202,10 @@ class Loading(Unloading):
             reason = "; ".join(built.failures)
             _log.error("model '%s' is unavailable: %s", name, reason)
             raise LOAD_FAILED(model=name, reason=reason)
+
+    def _loaded(self, name: str) -> list[ModelVersion]:
+        entry = self._models.get(name)
+        return [] if entry is None else [entry.ready[v] for v in sorted(entry.ready)]
 
     async def _build(
         self,

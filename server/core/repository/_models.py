@@ -51,6 +51,9 @@ class ModelVersion:
     router: DecoupledRouter | EnsembleStreams | None = None
     reshape: Reshape | None = None  # outputs back to the config's dims (inputs: in `prepare`)
     cache: VersionCache | None = None  # its response cache, when the server and config enable it
+    # What its answers depend on (`content_digest`; an ensemble's takes its steps' in), part of
+    # its cache keys: set at load when the server has a response cache.
+    content: bytes = b""
     resource_wait: ResourceWait | None = None  # its instances' rate-limiter waits (None: off)
     # Each labelled output's class labels (its label_filename, line i names class i).
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
