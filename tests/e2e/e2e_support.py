@@ -284,7 +284,11 @@ def model_workers(server_pid: int) -> list[int]:
     """The pids of the server's python model worker processes."""
     found = []
     for task in Path(f"/proc/{server_pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:  # a thread that ended since it was listed
+            continue
+        for child in children:
             with contextlib.suppress(FileNotFoundError):
                 if b"_worker.py" in Path(f"/proc/{child}/cmdline").read_bytes():
                     found.append(int(child))
