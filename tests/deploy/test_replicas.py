@@ -298,7 +298,11 @@ class Balancer:
         assert self._process is not None
         found = set()
         for task in Path(f"/proc/{self._process.pid}/task").glob("*"):
-            for child in (task / "children").read_text().split():
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:  # a thread that ended since it was listed
+                continue
+            for child in children:
                 with contextlib.suppress(OSError):
                     title = Path(f"/proc/{child}/cmdline").read_bytes()
                     if title.rstrip(b"\0 ") == b"nginx: worker process":

@@ -280,18 +280,25 @@ def generate_stream(http_port: int, model: str, body: Mapping[str, Any]) -> list
         ]
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started, from any of its threads (the server starts a model's worker
+    from a loading thread); a thread that ends between listing and reading is skipped."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return found
+
+
 def model_workers(server_pid: int) -> list[int]:
     """The pids of the server's python model worker processes."""
     found = []
-    for task in Path(f"/proc/{server_pid}/task").iterdir():
-        try:
-            children = (task / "children").read_text().split()
-        except FileNotFoundError:  # a thread that ended since it was listed
-            continue
-        for child in children:
-            with contextlib.suppress(FileNotFoundError):
-                if b"_worker.py" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(int(child))
+    for child in child_pids(server_pid):
+        with contextlib.suppress(FileNotFoundError):
+            if b"_worker.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
     return found
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer, StartServer
+from e2e_support import ConvoyServer, StartServer, child_pids
 from onnx import TensorProto
 
 from scripts import models
@@ -31,9 +31,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _cpu_s(pid: int) -> float:
     """The CPU time of process `pid` and of its children (front-end workers), in seconds."""
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(child) for child in (task / "children").read_text().split()]
+    pids = [pid, *child_pids(pid)]
     ticks = 0
     for each in pids:
         fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()

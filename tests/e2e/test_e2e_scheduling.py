@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer
+from e2e_support import ConvoyServer, child_pids
 
 from scripts import models
 from scripts.python_channel_bench import MODEL_PY as IDENTITY  # Y = X
@@ -49,10 +49,9 @@ def _policies(pid: int) -> dict[int, int]:
 def _children(pid: int) -> list[tuple[int, bytes]]:
     """Process `pid`'s children, with their command lines."""
     found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            with contextlib.suppress(FileNotFoundError):
-                found.append((int(child), Path(f"/proc/{child}/cmdline").read_bytes()))
+    for child in child_pids(pid):
+        with contextlib.suppress(FileNotFoundError):
+            found.append((child, Path(f"/proc/{child}/cmdline").read_bytes()))
     return found
 
 

@@ -32,6 +32,7 @@ from e2e_support import (
     REPO_ROOT,
     SIMPLE_BYTES,
     ConvoyServer,
+    child_pids,
     serve_command,
     shm_inputs,
     simple_inputs,
@@ -56,14 +57,6 @@ def server(subset_repository, tmp_path: Path) -> Iterator[ConvoyServer]:
         started.kill()
 
 
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found.update(int(child) for child in text)
-    return found
-
-
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -84,7 +77,7 @@ def _workers(server: ConvoyServer, count: int = 2, timeout_s: float = 30.0) -> s
     assert server.process is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        children = {pid for pid in _children(server.process.pid) if _alive(pid)}
+        children = {pid for pid in child_pids(server.process.pid) if _alive(pid)}
         if len(children) == count and all(_listening(pid, server.grpc_port) for pid in children):
             return children
         time.sleep(0.1)
