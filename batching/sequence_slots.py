@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -202,28 +203,20 @@ class SequenceSlots:
         for sequence in lane.slots:
             if sequence is None or sequence.running or sequence.incarnation == restarts:
                 continue
-            if sequence.requests and not sequence.requests[0].start:
-                _log.warning(
-                    "model '%s': sequence %s lost its state: instance '%s' was restarted since "
-                    "the sequence began",
-                    self.policy.model,
-                    sequence.correlation_id,
-                    lane.executor.name,
-                )
-            while sequence.requests and not sequence.requests[0].start:
-                request = sequence.requests[0]
-                self.drop(
-                    sequence,
-                    request,
-                    SequenceLostError(
-                        f"model '{self.policy.model}': sequence {sequence.correlation_id} lost "
-                        f"its state: instance '{lane.executor.name}' was restarted since the "
-                        "sequence began (its worker failed); start the sequence again with the "
-                        "START flag"
-                    ),
-                )
-                if request.end and not sequence.requests:
-                    self.release(sequence)
+            lost = list(itertools.takewhile(lambda r: not r.start, sequence.requests))
+            if not lost:
+                continue
+            where = f"model '{self.policy.model}': sequence {sequence.correlation_id}"
+            because = f"instance '{lane.executor.name}' was restarted since the sequence began"
+            _log.warning("%s lost its state: %s", where, because)
+            error = SequenceLostError(
+                f"{where} lost its state: {because} (its worker failed); start the sequence "
+                "again with the START flag"
+            )
+            for request in lost:
+                self.drop(sequence, request, error)
+            if lost[-1].end and not sequence.requests:
+                self.release(sequence)
 
     def drop_expired(self, now_ns: int) -> int | None:
         """Fail the waiting requests whose deadline passed; when the next one's is."""

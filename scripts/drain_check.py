@@ -48,7 +48,9 @@ OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 def child_pids(pid: int) -> set[int]:
-    """The processes `pid` started (its direct children, from /proc)."""
+    """The processes `pid` started (its direct children, from /proc), from any of its threads
+    (the server starts a model's worker from a loading thread); a thread that ends meanwhile is
+    skipped."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:

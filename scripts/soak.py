@@ -37,6 +37,7 @@ if __package__ in (None, ""):
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from scripts.drain_check import child_pids
 from scripts.gen_models import write_accumulate, write_accumulate_python, write_simple
 from scripts.soak_traffic import KILLED_MODEL_WORKER, TRAFFIC, Tally
 
@@ -44,22 +45,11 @@ SERVING = re.compile(r"serving gRPC on [\d.]+:(\d+).*HTTP on :(\d+)")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _children(pid: int) -> list[int]:
-    """The processes `pid` started, from any of its threads (a model's worker is started from a
-    loading thread, not the main one)."""
-    found = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
 def _workers(pid: int, marker: bytes = b"frontend") -> list[int]:
     """The server's child processes with `marker` in their command line (an argument, or a
     file's name): its front-end workers, or (b"_worker.py") its python models' workers."""
     found = []
-    for child in _children(pid):
+    for child in child_pids(pid):
         try:
             command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:

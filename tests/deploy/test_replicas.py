@@ -53,6 +53,7 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from scripts import models
+from scripts.drain_check import child_pids
 from scripts.gen_models import write_simple
 from tests.deploy.test_deploy_stack import DASHBOARD, dashboard_queries
 from tests.e2e.e2e_support import REPO_ROOT, serve_command
@@ -297,16 +298,11 @@ class Balancer:
         """nginx's workers taking new requests (not those finishing theirs after a reload)."""
         assert self._process is not None
         found = set()
-        for task in Path(f"/proc/{self._process.pid}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except OSError:  # a thread that ended since it was listed
-                continue
-            for child in children:
-                with contextlib.suppress(OSError):
-                    title = Path(f"/proc/{child}/cmdline").read_bytes()
-                    if title.rstrip(b"\0 ") == b"nginx: worker process":
-                        found.add(int(child))
+        for child in child_pids(self._process.pid):
+            with contextlib.suppress(OSError):
+                title = Path(f"/proc/{child}/cmdline").read_bytes()
+                if title.rstrip(b"\0 ") == b"nginx: worker process":
+                    found.add(child)
         return found
 
     def _write(self, ready: set[str]) -> None:

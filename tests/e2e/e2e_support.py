@@ -26,6 +26,7 @@ from onnx import TensorProto
 from tritonclient.grpc import service_pb2
 
 from scripts import models
+from scripts.drain_check import child_pids
 from scripts.gen_models import EXAMPLES, write_example_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -278,18 +279,6 @@ def generate_stream(http_port: int, model: str, body: Mapping[str, Any]) -> list
             for line in answer.read().splitlines()
             if line.startswith(b"data: ")
         ]
-
-
-def child_pids(pid: int) -> list[int]:
-    """The processes `pid` started, from any of its threads (the server starts a model's worker
-    from a loading thread); a thread that ends between listing and reading is skipped."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            continue
-    return found
 
 
 def model_workers(server_pid: int) -> list[int]:

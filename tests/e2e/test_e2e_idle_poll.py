@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer, StartServer, child_pids
+from e2e_support import ConvoyServer, StartServer
 from onnx import TensorProto
 
 from scripts import models
+from scripts.drain_check import child_pids
 
 WINDOW_US = 400_000
 QUIET_S = 0.6  # past the window

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from e2e_support import ConvoyServer, child_pids
+from e2e_support import ConvoyServer
 
 from scripts import models
+from scripts.drain_check import child_pids
 from scripts.python_channel_bench import MODEL_PY as IDENTITY  # Y = X
 from server.contract.scheduling import SWEEP_S, SWITCH
 

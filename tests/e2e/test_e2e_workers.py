@@ -32,7 +32,6 @@ from e2e_support import (
     REPO_ROOT,
     SIMPLE_BYTES,
     ConvoyServer,
-    child_pids,
     serve_command,
     shm_inputs,
     simple_inputs,
@@ -42,6 +41,7 @@ from tritonclient.utils import InferenceServerException
 
 from proto import grpc_service_pb2 as pb
 from scripts import models
+from scripts.drain_check import child_pids
 
 WORKERS = ("--frontend-workers", "2")
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
