@@ -1,14 +1,17 @@
 """The response cache over both protocols: hits, misses, request ids that do not matter, one byte
 that does, shared-memory inputs, the LRU bounded in bytes, a cached ensemble, statistics and
-metrics; and a real redis-server that two servers share, killed and brought back mid-test."""
+metrics; and a real redis-server that two servers share, killed and brought back mid-test, and
+one that hangs (stopped) under load."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -324,6 +327,11 @@ class RedisServer:
             self.process.kill()
             self.process.wait()
 
+    def hang(self, hung: bool) -> None:
+        """Stop the server (it keeps its connections and answers nothing) or let it go on."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP if hung else signal.SIGCONT)
+
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
@@ -375,3 +383,50 @@ def test_two_servers_share_a_redis_cache_and_survive_its_outage(
     text = first.metrics()
     assert metric(text, "nv_cache_num_hits") == 1
     assert np.isnan(metric(text, "nv_cache_util"))  # Redis keeps its own size
+
+
+def test_a_hung_redis_holds_only_the_requests_that_were_waiting_on_it(
+    start_server: StartServer, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A Redis that stops answering (stopped here; a partition looks the same) costs the
+    requests waiting on it when it stopped their socket timeout (250 ms here), and no other:
+    the requests after them run uncached while one probe of the server's own asks Redis again,
+    where before each retry interval sent every request that came to Redis again."""
+    flags = ("--cache-config", "redis,host=127.0.0.1", "--cache-config")
+    flags += (f"redis,port={redis_server.port}", "--cache-config", "redis,socket_timeout=250")
+    server = start_server(_repository(tmp_path / "models"), *flags)
+    clients, hung_s = 4, 2.5
+    slow: list[float] = []
+    stop = threading.Event()
+
+    def send(seed: int) -> None:
+        with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+            for index in range(10_000):
+                if stop.is_set():
+                    return
+                a, b = _pair(seed * 10_000 + index % 20)
+                started = time.monotonic()
+                result = client.infer(CACHED, _inputs(grpcclient, a, b))
+                elapsed = time.monotonic() - started
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+                if elapsed > 0.24:  # a wait on Redis, not the model's time
+                    slow.append(elapsed)
+
+    senders = [threading.Thread(target=send, args=(seed,)) for seed in range(clients)]
+    for sender in senders:
+        sender.start()
+    try:
+        time.sleep(0.5)
+        redis_server.hang(True)
+        time.sleep(hung_s)
+        redis_server.hang(False)
+        _eventually(lambda: "answers again" in server.log(), timeout_s=10)
+        hits = _stats(server.url)["hits"]
+        _eventually(lambda: _stats(server.url)["hits"] > hits)  # the cache serves again
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join()
+    # Those in flight when it stopped (the rule before held 8: each retry interval's four).
+    assert len(slow) <= clients, slow
+    assert server.log().count("does not answer") == 1

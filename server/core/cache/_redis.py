@@ -1,15 +1,19 @@
 """`RedisCache`: Triton's `redis` cache, a Redis server that replicas share.
 
 A Redis that does not answer never fails a request: the request counts as a miss and runs. The
-first failure is logged once for the outage; for `RETRY_S` after any failure requests do not
-wait on Redis at all, then the next one tries again (the client opens a new connection), and
-the first answer ends the outage with a line in the log.
+first failure begins an outage, logged once: from then on no request waits on Redis at all, and
+one probe of the cache's own asks Redis every `RETRY_S` (a PING on a new connection); its first
+answer ends the outage, with a line in the log. Only the requests already waiting on Redis when
+it stopped answering wait out their timeout: before the probe, every request that came after
+each retry interval tried Redis again, and a hung Redis (stopped, or a network partition) held
+each such request for a whole socket timeout, over and over for the outage.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import time
 from typing import Any
 
 from batching import TensorMap
@@ -20,7 +24,7 @@ from server.core.cache._spec import RedisCacheSpec
 
 _log = logging.getLogger(__name__)
 
-RETRY_S = 1.0  # after a failure, how long requests skip Redis before one tries again
+RETRY_S = 1.0  # during an outage, how often the probe asks Redis whether it answers again
 KEY_PREFIX = "convoy:response:"
 
 
@@ -40,8 +44,8 @@ class RedisCache:
         self._errors: tuple[type[Exception], ...] = (RedisError, OSError, TimeoutError)
         self.counters = CacheCounters()
         self._client: Any = None
-        self._retry_at_s = 0.0  # monotonic seconds; later than now: Redis is out
-        self._out = False
+        # Set while Redis is out: the task that asks it again every RETRY_S until it answers.
+        self._probe: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         from redis.asyncio import BlockingConnectionPool, Redis
@@ -65,18 +69,22 @@ class RedisCache:
         _log.info("response cache: redis at %s", spec.address)
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+            self._probe = None
         if self._client is not None:
             await self._client.aclose(close_connection_pool=True)
 
     async def lookup(self, key: bytes) -> TensorMap | None:
-        if not self._reachable():
+        if self._probe is not None:  # out: the request runs uncached
             return None
         try:
             entry = await self._client.get(KEY_PREFIX + key.hex())
         except self._errors as exc:
             self._failed(exc)
             return None
-        self._answered()
         if entry is None:
             return None
         try:
@@ -86,34 +94,40 @@ class RedisCache:
             return None
 
     async def insert(self, key: bytes, outputs: TensorMap) -> None:
-        if not self._reachable():
+        if self._probe is not None:
             return
         try:
             await self._client.set(KEY_PREFIX + key.hex(), encode_entry(outputs))
         except self._errors as exc:
             self._failed(exc)
-            return
-        self._answered()
-
-    def _reachable(self) -> bool:
-        return time.monotonic() >= self._retry_at_s
 
     def _failed(self, exc: Exception) -> None:
-        self._retry_at_s = time.monotonic() + RETRY_S
-        if not self._out:
-            self._out = True
-            _log.warning(
-                "response cache: redis at %s does not answer (%s); requests run uncached, "
-                "trying again every %.0f s",
-                self.spec.address,
-                exc or type(exc).__name__,
-                RETRY_S,
-            )
+        """A command failed: an outage begins, unless one is already on (requests that were
+        waiting on Redis together fail together)."""
+        if self._probe is not None:
+            return
+        _log.warning(
+            "response cache: redis at %s does not answer (%s); requests run uncached, "
+            "trying again every %.0f s",
+            self.spec.address,
+            exc or type(exc).__name__,
+            RETRY_S,
+        )
+        self._probe = asyncio.get_running_loop().create_task(self._until_it_answers())
 
-    def _answered(self) -> None:
-        if self._out:
-            self._out = False
+    async def _until_it_answers(self) -> None:
+        """The outage's probe: a PING every RETRY_S, each within the client's socket timeout
+        (or RETRY_S where it waits forever), until one is answered."""
+        limit_s = _seconds(self.spec.socket_timeout_ms) or RETRY_S
+        while True:
+            await asyncio.sleep(RETRY_S)
+            try:
+                await asyncio.wait_for(self._client.ping(), limit_s)
+            except self._errors:  # TimeoutError among them (wait_for's too)
+                continue
+            self._probe = None
             _log.warning("response cache: redis at %s answers again", self.spec.address)
+            return
 
 
 def _seconds(ms: int) -> float | None:
