@@ -10,6 +10,7 @@ core process and in a front-end worker), the request's on the model span and the
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -296,3 +297,23 @@ def test_an_ensemble_request_has_one_span_per_step(
     assert [event.name for event in ensemble.events] == MODEL_EVENTS
     assert _events(ensemble)["QUEUE_START"] == min(s.start_time_unix_nano for s in steps)
     _received(root, ensemble, GRPC_RECEIVE)
+
+
+def test_a_collector_that_never_answers_does_not_hold_the_stop(
+    start_server: StartServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spans still queued at a stop get tracing.FLUSH_S (5 s) to reach the collector; one
+    that takes connections and never answers held the stop for the exporter's whole timeout
+    before (10 s over OTLP/gRPC, 30 s over OTLP/HTTP with its retries)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        server = _serve_traced(
+            start_server, (Receiver(), silent.getsockname()[1]), tmp_path, monkeypatch
+        )
+        with _client(server.url) as client:
+            for _ in range(4):
+                client.infer("simple", simple_inputs(1)[0])
+        time.sleep(0.5)  # the batch processor's first export is under way, and waits
+        started = time.monotonic()
+        assert server.stop() == 0, server.log()
+        assert time.monotonic() - started < 8.5  # FLUSH_S and the stop's own work
+    assert "did not reach the collector" in server.log()
