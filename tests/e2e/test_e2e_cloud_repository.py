@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -201,6 +202,31 @@ def test_poll_serves_an_s3_repository_and_applies_its_changes(
     assert log.count("loaded model 'simple' version 2") == 1
     assert log.count("loaded model 'local_identity' version 1") == 1
     assert log.count("loaded model 'added' version 1") == 1
+
+
+def test_a_store_that_hangs_mid_poll_neither_stops_serving_nor_holds_the_exit(
+    start_server: StartServer, moto: MotoServer, tmp_path: Path, prefix: str
+) -> None:
+    """S3 stops answering while a poll reads it (moto stopped: its connections stay open, and
+    each read waits out boto3's 60 s, three times): the models keep serving, and a stop exits
+    at once. Before, the poll's thread held the exit until S3's timeouts ran out, minutes
+    after the server had logged "stopped"."""
+    moto.upload(_cloud_repository(tmp_path), BUCKET, prefix)
+    location = f"s3://{moto.host_port}/{BUCKET}/{prefix}"
+    poll = ("--model-control-mode", "poll", "--repository-poll-secs", "1")
+    server = _serve(start_server, moto, location, *poll)
+    assert moto.process is not None
+    moto.process.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(2.5)  # polls every second: one now waits on S3
+        with contextlib.closing(grpcclient.InferenceServerClient(server.url)) as client:
+            output0, a, b = _simple_output0(client)
+            np.testing.assert_array_equal(output0, a + b)
+        started = time.monotonic()
+        assert server.stop(timeout_s=20) == 0, server.log()
+        assert time.monotonic() - started < 10
+    finally:
+        moto.process.send_signal(signal.SIGCONT)
 
 
 def test_explicit_mode_loads_and_unloads_models_of_an_s3_repository(
