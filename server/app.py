@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Coroutine
 from dataclasses import asdict, replace
 from importlib import metadata
@@ -33,6 +34,10 @@ from server.settings import ModelControlMode, ServerSettings
 from server.workers import WorkerOptions, WorkerPool, reserve_port
 
 _log = logging.getLogger(__name__)
+
+# At a stop, the least time the models' unloads (finalize) get, however much of the exit timeout
+# the requests in flight took.
+UNLOAD_FLOOR_S = 1.0
 
 
 def convoy_version() -> str:
@@ -210,8 +215,11 @@ class App:
         """The drain: readiness goes false and new connections are refused at once; a request
         on a connection already open gets UNAVAILABLE; those in flight finish (bounded by
         --exit-timeout-secs); then the front ends close their connections and everything stops.
-        `force` set (a second signal) cuts the waits short."""
+        `force` set (a second signal) cuts the waits short. The models' unloads (their
+        finalize) get what is left of --exit-timeout-secs, at least `UNLOAD_FLOOR_S`, as Triton
+        bounds its wait for live models; one still running then is left behind."""
         timeout_s = self.settings.exit_timeout_s
+        ends_s = time.monotonic() + timeout_s
         forced = force or asyncio.Event()
         if self._keep_alive is not None:
             await self._keep_alive.stop()
@@ -236,9 +244,12 @@ class App:
                 await self._workers.kill()
         for reserved in self._reserved:
             reserved.close()
-        # Forced, an execute still running is not waited for (a model's own process sees the
-        # server gone and exits).
-        await _unless(forced, self.repository.unload_all(timeout_s=1.0))
+        # Forced, or past the exit timeout, an execute or finalize still running is not waited
+        # for (a model's own process sees the server gone and exits).
+        left_s = max(ends_s - time.monotonic(), UNLOAD_FLOOR_S)
+        unloaded = _within(self.repository.unload_all(timeout_s=1.0), left_s)
+        if not await _unless(forced, unloaded) and not forced.is_set():
+            _log.warning("models still unloading after %.1f s more; stopping anyway", left_s)
         self._cloud.close()
         if self.cache is not None:
             await self.cache.close()
@@ -278,6 +289,15 @@ class App:
             except ServerError as exc:  # e.g. a repository directory gone: try again later
                 _log.error("repository poll failed: %s", exc)
             await self._set_health()
+
+
+async def _within(step: Coroutine[Any, Any, None], timeout_s: float) -> bool:
+    """Whether `step` finished within `timeout_s`; past it, the step is cancelled."""
+    try:
+        await asyncio.wait_for(step, timeout_s)
+    except TimeoutError:
+        return False
+    return True
 
 
 async def _unless(force: asyncio.Event, step: Coroutine[Any, Any, bool | None]) -> bool:

@@ -243,3 +243,48 @@ def test_a_restarted_server_listens_once_every_model_is_loaded_and_warmed(
         assert client.is_server_ready() and client.is_model_ready("warmed")
         np.testing.assert_array_equal(_sleepy(client, 0.0, "warmed"), [[0.0]])
     assert server.stop() == 0
+
+
+STUCK_FINALIZE = """\
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+
+    def finalize(self):
+        time.sleep(3600)
+"""
+STUCK_CONFIG = """\
+name: "stuck_finalize"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def test_a_finalize_that_hangs_holds_the_stop_no_longer_than_the_exit_timeout(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The models' unloads get what the requests in flight left of --exit-timeout-secs (at
+    least 1 s); a finalize still running then is left behind, and its worker process exits as
+    it sees the server gone. Before, the stop waited out the execute timeout (60 s) for it."""
+    repo = tmp_path / "models"
+    models.write_python_model(repo, "stuck_finalize", STUCK_FINALIZE, STUCK_CONFIG)
+    server = start_server(repo, "--exit-timeout-secs", "3")
+    assert server.process is not None
+    workers = child_pids(server.process.pid)
+    assert workers
+    started = time.monotonic()
+    assert server.stop() == 0, server.log()
+    assert time.monotonic() - started < 10
+    assert "models still unloading" in server.log()
+    _wait_until(lambda: not any(alive(pid) for pid in workers))

@@ -18,6 +18,7 @@ from pathlib import Path
 from backends import BackendError, CustomMetrics, PythonInstance, PythonSettings, SharedArrays
 from batching import BatchingError, RateLimiter
 from proto import model_config_pb2 as mc
+from server.contract.daemon_thread import on_daemon_thread
 from server.contract.errors import ConfigError, ServerError
 from server.contract.model_io import ModelIO
 from server.core.observability.histograms import LatencyHistograms, histogram_buckets
@@ -249,4 +250,5 @@ async def unload_version(version: ModelVersion, timeout_s: float) -> None:
     """Let accepted requests finish (bounded), then free the instances."""
     await version.scheduler.stop(timeout_s)
     for instance in version.instances:
-        await asyncio.to_thread(instance.close)
+        # A daemon thread: a stopping server gives up on a finalize that hangs (`App.stop`).
+        await on_daemon_thread(instance.close, name="convoy-close")

@@ -3,22 +3,20 @@ downloading only those whose size or tag (ETag, generation) changed since the la
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Protocol, TypeVar
+from typing import Protocol
 
+from server.contract.daemon_thread import on_daemon_thread
 from server.core.storage.errors import StorageUnavailableError
 
 _log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +62,11 @@ class Mirror:
     async def sync(self, models: Collection[str] | None = None) -> None:
         """List the repository; make a directory for each model in it and drop those of models
         gone; download the changed files of `models` (all when None). Raises
-        StorageUnavailableError and then leaves the local copy as it was.
-
-        The sync runs on a daemon thread of its own, not on asyncio's executor, whose threads
-        the process waits for as it exits: a store that stops answering holds each call for
-        its client's timeouts and retries (S3's: 60 s a read, three attempts), and a server
-        stopped meanwhile logged "stopped" and then did not exit for minutes."""
-        await _on_daemon_thread(self._sync, None if models is None else set(models))
+        StorageUnavailableError and then leaves the local copy as it was. On a daemon thread: a
+        store that stops answering holds a sync for its client's timeouts and retries (S3's: 60 s
+        a read, three attempts), which a stopping server does not wait for."""
+        wanted = None if models is None else set(models)
+        await on_daemon_thread(self._sync, wanted, name="convoy-repository-sync")
 
     def _sync(self, models: set[str] | None) -> None:
         with self._syncing:
@@ -157,31 +153,3 @@ class Mirror:
             _log.warning("model repository '%s': object '%s' ignored", self.location, key)
             return False
         return not parts[0].startswith(".")
-
-
-async def _on_daemon_thread(function: Callable[..., _T], *args: object) -> _T:
-    """`function(*args)` on a new daemon thread, awaited; its outcome is dropped when the
-    caller has left, or the loop has closed, by the time it ends."""
-    loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[_T] = loop.create_future()
-
-    def succeed(result: _T) -> None:
-        if not outcome.done():  # else the caller was cancelled
-            outcome.set_result(result)
-
-    def fail(error: BaseException) -> None:
-        if not outcome.done():
-            outcome.set_exception(error)
-
-    def run() -> None:
-        try:
-            result = function(*args)
-        except BaseException as exc:  # handed to the caller, whatever it is
-            deliver: Callable[[], None] = functools.partial(fail, exc)
-        else:
-            deliver = functools.partial(succeed, result)
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-            loop.call_soon_threadsafe(deliver)
-
-    threading.Thread(target=run, name="convoy-repository-sync", daemon=True).start()
-    return await outcome
