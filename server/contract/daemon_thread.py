@@ -1,9 +1,9 @@
 """`on_daemon_thread`: blocking work awaited from the event loop on a daemon thread of its own.
 
 For work that may block on something outside the server (a cloud store that stops answering, a
-model's finalize that hangs): asyncio's executor threads are joined as the process exits, so a
-server stopped while one waited did not exit until the wait ended, minutes later; a daemon
-thread is left behind instead.
+model's initialize or finalize that hangs): asyncio's executor threads are joined as the process
+exits, so a server stopped while one waited did not exit until the wait ended, minutes later; a
+daemon thread is left behind instead.
 """
 
 from __future__ import annotations

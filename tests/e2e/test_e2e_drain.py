@@ -262,13 +262,25 @@ class TritonPythonModel:
     def finalize(self):
         time.sleep(3600)
 """
-STUCK_CONFIG = """\
-name: "stuck_finalize"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+STUCK_INITIALIZE = """\
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(3600)
+
+    def execute(self, requests):
+        return []
 """
+
+
+def _stuck_config(name: str) -> str:
+    return (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    )
 
 
 def test_a_finalize_that_hangs_holds_the_stop_no_longer_than_the_exit_timeout(
@@ -278,7 +290,8 @@ def test_a_finalize_that_hangs_holds_the_stop_no_longer_than_the_exit_timeout(
     least 1 s); a finalize still running then is left behind, and its worker process exits as
     it sees the server gone. Before, the stop waited out the execute timeout (60 s) for it."""
     repo = tmp_path / "models"
-    models.write_python_model(repo, "stuck_finalize", STUCK_FINALIZE, STUCK_CONFIG)
+    config = _stuck_config("stuck_finalize")
+    models.write_python_model(repo, "stuck_finalize", STUCK_FINALIZE, config)
     server = start_server(repo, "--exit-timeout-secs", "3")
     assert server.process is not None
     workers = child_pids(server.process.pid)
@@ -287,4 +300,29 @@ def test_a_finalize_that_hangs_holds_the_stop_no_longer_than_the_exit_timeout(
     assert server.stop() == 0, server.log()
     assert time.monotonic() - started < 10
     assert "models still unloading" in server.log()
+    _wait_until(lambda: not any(alive(pid) for pid in workers))
+
+
+def test_a_load_whose_initialize_hangs_does_not_hold_the_exit(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """A server stopped while a model's initialize hangs (an explicit load in progress) exits at
+    once, its model's process with it. Before, it logged "stopped" and then waited for the
+    load's thread, up to the initialize timeout (300 s)."""
+    repo = tmp_path / "models"
+    config = _stuck_config("stuck_initialize")
+    models.write_python_model(repo, "stuck_initialize", STUCK_INITIALIZE, config)
+    server = start_server(repo, "--model-control-mode", "explicit")
+    assert server.process is not None
+    client = grpcclient.InferenceServerClient(server.url)
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(client.load_model, "stuck_initialize")
+        _wait_until(lambda: bool(child_pids(server.process.pid)))  # its worker started
+        workers = child_pids(server.process.pid)
+        started = time.monotonic()
+        assert server.stop() == 0, server.log()
+        assert time.monotonic() - started < 10
+        with pytest.raises(InferenceServerException):
+            loading.result(timeout=10)
+    client.close()
     _wait_until(lambda: not any(alive(pid) for pid in workers))

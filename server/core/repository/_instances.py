@@ -3,7 +3,6 @@ started), or added and retired in place when only the instance groups' counts ch
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from backends import (
 )
 from batching import Batcher, BatchPolicy, Executor, RateLimiter, SequenceBatcher
 from proto import model_config_pb2 as mc
+from server.contract.daemon_thread import on_daemon_thread
 from server.contract.model_io import ModelIO
 from server.core.observability.stats import ModelStats
 from server.core.repository._autocomplete import AutoComplete, autocomplete
@@ -80,8 +80,13 @@ async def new_version(
         if python:  # model.py may complete the config; initialize() sees the completed one
             if opening.completion.enabled:
                 assert opening.python is not None  # resolved for every Python model
-                config = await asyncio.to_thread(
-                    PythonInstance.complete_config, path, version, config, opening.python
+                config = await on_daemon_thread(
+                    PythonInstance.complete_config,
+                    path,
+                    version,
+                    config,
+                    opening.python,
+                    name="convoy-auto-complete",
                 )
             check_python_io(config)
             effective = _complete(config, ModelSignature((), ()), opening.completion, True)
@@ -142,8 +147,9 @@ async def _open_instance(config: mc.ModelConfig, opening: Opening, index: int) -
     """Instance `index` of a version: a Python worker, or an ONNX Runtime, PyTorch or OpenVINO
     instance where planned."""
     name = f"{config.name}_{opening.version}_{index}"
+    # On daemon threads: a stopping server does not wait for a model's initialize that hangs.
     if opening.python is not None:
-        return await asyncio.to_thread(
+        return await on_daemon_thread(
             PythonInstance.load,
             name,
             opening.path,
@@ -155,9 +161,15 @@ async def _open_instance(config: mc.ModelConfig, opening: Opening, index: int) -
             opening.metrics,
             opening.control,
             opening.placements[index].device,
+            name="convoy-open",
         )
-    return await asyncio.to_thread(
-        open_instance, config, name, opening.model_file, opening.placements[index]
+    return await on_daemon_thread(
+        open_instance,
+        config,
+        name,
+        opening.model_file,
+        opening.placements[index],
+        name="convoy-open",
     )
 
 
@@ -233,7 +245,7 @@ async def resize(
         retired = await batcher.retire_executor()
         closing = next(i for i in target.instances if _instance_of(retired) is i)
         target.instances.remove(closing)
-        await asyncio.to_thread(closing.close)
+        await on_daemon_thread(closing.close, name="convoy-close")
     target.config = effective
     target.source = source
     target.memory_bytes = footprint_bytes(effective, source.file_stamp[0], wanted)
