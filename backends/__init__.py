@@ -18,6 +18,7 @@ from backends.base import (
     response_parameters,
 )
 from backends.custom_metrics import CustomMetrics, FamilySnapshot
+from backends.daemon_thread import on_daemon_thread
 from backends.device import (
     Device,
     DeviceKind,
@@ -103,6 +104,7 @@ __all__ = [
     "import_cupy",
     "is_device_array",
     "load_instance",
+    "on_daemon_thread",
     "on_host",
     "plan_placements",
     "prepare_inputs",

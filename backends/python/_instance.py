@@ -14,6 +14,7 @@ from google.protobuf import json_format
 
 from backends.base import ExecutionResult, ModelSignature, Parameters, TensorMap
 from backends.custom_metrics import CustomMetrics
+from backends.daemon_thread import on_daemon_thread
 from backends.device import Device
 from backends.errors import ExecutionError, ModelLoadError
 from backends.python._calls import LATE_ANSWER_S, ModelCaller, ModelControl, Questions
@@ -135,7 +136,9 @@ class PythonInstance:
         if not worker.checks_readiness:
             return True
         if self._readiness is None or self._readiness[0] is not worker or self._readiness[1].done():
-            self._readiness = (worker, asyncio.ensure_future(asyncio.to_thread(worker.check_ready)))
+            # A daemon thread: an is_ready that hangs must not hold the server's exit.
+            checking = on_daemon_thread(worker.check_ready, name="convoy-readiness")
+            self._readiness = (worker, asyncio.ensure_future(checking))
         try:
             return await asyncio.wait_for(asyncio.shield(self._readiness[1]), READY_TIMEOUT_S)
         except TimeoutError:

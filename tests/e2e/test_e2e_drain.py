@@ -259,6 +259,10 @@ class TritonPythonModel:
             for r in requests
         ]
 
+    def is_ready(self):
+        time.sleep(3600)
+        return True
+
     def finalize(self):
         time.sleep(3600)
 """
@@ -288,7 +292,9 @@ def test_a_finalize_that_hangs_holds_the_stop_no_longer_than_the_exit_timeout(
 ) -> None:
     """The models' unloads get what the requests in flight left of --exit-timeout-secs (at
     least 1 s); a finalize still running then is left behind, and its worker process exits as
-    it sees the server gone. Before, the stop waited out the execute timeout (60 s) for it."""
+    it sees the server gone. Before, the stop waited out the execute timeout (60 s) for it; and
+    a readiness check that waited on a hung is_ready then never let the process exit (its thread
+    waited for the model's process, which waited for the server to be gone)."""
     repo = tmp_path / "models"
     config = _stuck_config("stuck_finalize")
     models.write_python_model(repo, "stuck_finalize", STUCK_FINALIZE, config)
@@ -296,6 +302,11 @@ def test_a_finalize_that_hangs_holds_the_stop_no_longer_than_the_exit_timeout(
     assert server.process is not None
     workers = child_pids(server.process.pid)
     assert workers
+    with (
+        grpcclient.InferenceServerClient(server.url) as client,
+        pytest.raises(InferenceServerException),
+    ):
+        client.is_model_ready("stuck_finalize", client_timeout=0.5)  # is_ready now hangs
     started = time.monotonic()
     assert server.stop() == 0, server.log()
     assert time.monotonic() - started < 10

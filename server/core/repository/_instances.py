@@ -20,11 +20,11 @@ from backends import (
     PythonInstance,
     PythonSettings,
     SharedArrays,
+    on_daemon_thread,
     prepare_inputs,
 )
 from batching import Batcher, BatchPolicy, Executor, RateLimiter, SequenceBatcher
 from proto import model_config_pb2 as mc
-from server.contract.daemon_thread import on_daemon_thread
 from server.contract.model_io import ModelIO
 from server.core.observability.stats import ModelStats
 from server.core.repository._autocomplete import AutoComplete, autocomplete

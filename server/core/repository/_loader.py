@@ -15,10 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from backends import BackendError, CustomMetrics, PythonInstance, PythonSettings, SharedArrays
+from backends import (
+    BackendError,
+    CustomMetrics,
+    PythonInstance,
+    PythonSettings,
+    SharedArrays,
+    on_daemon_thread,
+)
 from batching import BatchingError, RateLimiter
 from proto import model_config_pb2 as mc
-from server.contract.daemon_thread import on_daemon_thread
 from server.contract.errors import ConfigError, ServerError
 from server.contract.model_io import ModelIO
 from server.core.observability.histograms import LatencyHistograms, histogram_buckets

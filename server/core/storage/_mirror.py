@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from server.contract.daemon_thread import on_daemon_thread
+from backends import on_daemon_thread
 from server.core.storage.errors import StorageUnavailableError
 
 _log = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
 """`on_daemon_thread`: blocking work awaited from the event loop on a daemon thread of its own.
 
 For work that may block on something outside the server (a cloud store that stops answering, a
-model's initialize or finalize that hangs): asyncio's executor threads are joined as the process
-exits, so a server stopped while one waited did not exit until the wait ended, minutes later; a
+model's initialize, is_ready or finalize that hangs): asyncio's executor threads are joined as
+the process exits, so a server stopped while one waited did not exit until the wait ended,
+minutes later (or never: a model's process waits for the server to be gone before it exits); a
 daemon thread is left behind instead.
 """
 
