@@ -195,6 +195,7 @@ class App:
                 settings=front.plain(),
                 log_settings=asdict(state),
                 stop_timeout_s=settings.exit_timeout_s,
+                silent_timeout_s=settings.frontend_worker_timeout_s,
             ),
         )
         self.grpc_port, self.http_port = await self._workers.start()

@@ -63,6 +63,7 @@ class ServerSettings:
     exit_on_error: bool = False  # stop at start when a model fails to load (Triton: true)
     log: LogState = field(default_factory=LogState)  # --log-* flags, changeable at run time
     frontend_workers: int = 0  # front-end worker processes; 0: the front ends run in this one
+    frontend_worker_timeout_s: float = 10.0  # a worker silent this long is killed
     idle_poll_us: int = DEFAULT_WINDOW_US  # the core's loop polls this long with nothing in flight
     worker_arena_bytes: int = DEFAULT_ARENA_BYTES  # each worker's input and output arenas
     cache_config: tuple[str, ...] = ()  # raw --cache-config values (server.core.cache parses)

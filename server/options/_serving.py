@@ -41,7 +41,8 @@ SERVER = (
     Option(
         "exit-timeout-secs",
         SECONDS,
-        "how long shutdown waits for requests in flight",
+        "how long shutdown waits for requests in flight and then the models' unloads (at least "
+        "1 s for those)",
         SERVED,
         "30",
         30.0,
@@ -287,6 +288,14 @@ CONVOY_OWN = (
         "workers); 0 serves them in the core process; auto picks from the cores",
         CONVOY,
         default=0,
+    ),
+    Option(
+        "frontend-worker-timeout-secs",
+        SECONDS,
+        "a front-end worker whose event loop has not answered the core's heartbeat (every "
+        "second) for this long is killed and restarted (see Front-end workers)",
+        CONVOY,
+        default=10.0,
     ),
     Option(
         "idle-poll-us",

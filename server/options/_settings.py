@@ -69,6 +69,7 @@ def settings_from(
         auto_complete=_auto_complete(values, notes),
         exit_on_error=values["exit_on_error"],
         frontend_workers=values["frontend_workers"],
+        frontend_worker_timeout_s=values["frontend_worker_timeout_secs"],
         idle_poll_us=values["idle_poll_us"],
         log=LogState(
             log_info=values["log_info"],

@@ -352,6 +352,8 @@ class CoreClient:
             future = self._calls.get(message[1])
             if future is not None and not future.done():
                 future.set_result(message)
+        elif kind == messages.PING:
+            self.channel.send((messages.PONG,))
         elif kind == messages.HEALTH:
             self.on_health(message[1])
         elif kind == messages.LOGS:

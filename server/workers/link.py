@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -45,6 +46,7 @@ class WorkerLink:
         self.ready: asyncio.Future[tuple[int, int]] = self._loop.create_future()
         self.stopped: asyncio.Future[None] = self._loop.create_future()
         self.lost: asyncio.Future[None] = self._loop.create_future()
+        self.answered_s = time.monotonic()  # the worker's last PONG (its start, before any)
         self.channel = Channel(self._on_message, self._on_lost)
 
     def send(self, message: Message) -> None:
@@ -98,6 +100,8 @@ class WorkerLink:
             self.ready.set_result((message[1], message[2]))
         elif kind == messages.STOPPED and not self.stopped.done():
             self.stopped.set_result(None)
+        elif kind == messages.PONG:
+            self.answered_s = time.monotonic()
 
     def _on_lost(self, exc: Exception | None) -> None:
         if exc is not None:

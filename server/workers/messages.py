@@ -58,6 +58,7 @@ RELEASE = "release"  # (RELEASE, offsets): output blocks the worker is done with
 CALL = "call"  # (CALL, cid, method, args): any other `Core` method (server.workers.calls)
 READY = "ready"  # (READY, grpc_port, http_port): the worker serves
 STOPPED = "stopped"  # (STOPPED,): the worker sends no request after this one
+PONG = "pong"  # (PONG,): the answer to a PING, from the worker's event loop
 # Core -> worker.
 WELCOME = "welcome"  # (WELCOME, front-end settings, tracing, cuda_shm, serving, log settings)
 ANSWER = "answer"  # (ANSWER, rid, final, model, version, outputs | None, parameters | None,
@@ -75,6 +76,7 @@ REFUSED = "refused"  # (REFUSED, cid, error class, message)
 HEALTH = "health"  # (HEALTH, serving)
 LOGS = "logs"  # (LOGS, settings): log settings changed through some worker
 STOPPING = "stopping"  # (STOPPING,): the server stops; refuse new requests, answer STOPPED
+PING = "ping"  # (PING,): the core's heartbeat; the worker's event loop answers PONG
 
 ARENA, INLINE, SHARED = 0, 1, 2  # where a tensor's bytes are
 # A tensor this small travels in its message: encoding it there costs 2.5-3.5 us against 6-7 us

@@ -1,6 +1,6 @@
 """Front-end worker processes seen from the core: `WorkerPool` starts N of them on the same ports,
-each with its channel and arenas served by a `WorkerLink`, restarts one that dies, tells them the
-server's health and log settings, and stops them."""
+each with its channel and arenas served by a `WorkerLink`, restarts one that dies or whose event
+loop stops answering, tells them the server's health and log settings, and stops them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from server.workers.link import WorkerLink
 _log = logging.getLogger(__name__)
 
 RESTART_DELAY_S = 0.5  # between a worker's death and its replacement
+HEARTBEAT_S = 1.0  # how often the core asks each worker's event loop for a PONG
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class WorkerOptions:
     settings: Mapping[str, Any]  # the front ends' settings, as plain values
     log_settings: Mapping[str, Any]  # Triton's log settings at start
     stop_timeout_s: float  # bound on a worker's drain at shutdown
+    silent_timeout_s: float = 10.0  # a worker whose loop has not answered for this long is killed
 
 
 class WorkerPool:
@@ -168,7 +171,11 @@ class WorkerPool:
         self, index: int, process: asyncio.subprocess.Process, worker_link: WorkerLink
     ) -> None:
         """Replace worker `index` if it dies; requests of other workers never notice."""
-        code = await process.wait()
+        heartbeat = asyncio.ensure_future(self._heartbeat(index, process, worker_link))
+        try:
+            code = await process.wait()
+        finally:
+            heartbeat.cancel()
         worker_link.close()
         if self._stopping:
             return
@@ -183,6 +190,28 @@ class WorkerPool:
             except OSError as exc:
                 _log.error("front-end worker %d failed to start: %s", index, exc)
                 await asyncio.sleep(RESTART_DELAY_S)
+
+    async def _heartbeat(
+        self, index: int, process: asyncio.subprocess.Process, worker_link: WorkerLink
+    ) -> None:
+        """Kill worker `index` once its event loop has not answered a PING for
+        `silent_timeout_s` (a deadlock, a loop some work holds, a stopped process): its share of
+        the ports' new connections, and of the liveness probes, would hang, and its process
+        would not die by itself; `_watch` then starts its replacement."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            silent_s = time.monotonic() - worker_link.answered_s
+            if silent_s > self._options.silent_timeout_s and not self._stopping:
+                _log.error(
+                    "front-end worker %d (pid %d) has not answered for %.0f s; killing it",
+                    index,
+                    process.pid,
+                    silent_s,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                return
+            worker_link.send((messages.PING,))
 
 
 def reserve_port(host: str, port: int, shared: bool = False) -> socket.socket:

@@ -218,6 +218,34 @@ def test_a_killed_worker_is_replaced_and_clients_of_the_other_see_no_failure(
     assert server.stop() == 0
 
 
+def test_a_worker_whose_loop_stops_answering_is_killed_and_replaced(
+    subset_repository, tmp_path: Path
+) -> None:
+    """A worker stopped (SIGSTOP; a deadlock looks the same to the core) holds its share of the
+    ports' new connections, and of the liveness probes, until the core's heartbeat goes
+    unanswered for --frontend-worker-timeout-secs: then it is killed and replaced, and every new
+    connection is served again. Before, it stayed, and half of the new connections hung."""
+    flags = (*WORKERS, "--frontend-worker-timeout-secs", "2")
+    server = ConvoyServer(subset_repository("simple"), tmp_path / "server.log", *flags)
+    try:
+        server.start()
+        workers = _workers(server)
+        victim = min(workers)
+        os.kill(victim, signal.SIGSTOP)
+        _wait_gone({victim}, timeout_s=15)
+        assert len(_workers(server) - workers) == 1, server.log()
+        assert "has not answered for" in server.log()
+        for _ in range(12):  # fresh connections, dealt over both workers
+            channel = grpcclient.InferenceServerClient(server.url, channel_args=OWN_CONNECTION)
+            with contextlib.closing(channel) as client:
+                inputs, a, b = simple_inputs(1)
+                result = client.infer("simple", inputs, client_timeout=5)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        assert server.stop() == 0
+    finally:
+        server.kill()
+
+
 def test_sigterm_under_load_leaves_no_process_behind(server: ConvoyServer) -> None:
     workers = _workers(server)
     with _clients(server, 6) as clients:
