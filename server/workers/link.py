@@ -46,7 +46,7 @@ class WorkerLink:
         self.ready: asyncio.Future[tuple[int, int]] = self._loop.create_future()
         self.stopped: asyncio.Future[None] = self._loop.create_future()
         self.lost: asyncio.Future[None] = self._loop.create_future()
-        self.answered_s = time.monotonic()  # the worker's last PONG (its start, before any)
+        self.answered_s = 0.0  # when the worker's last PONG came (monotonic; 0: none yet)
         self.channel = Channel(self._on_message, self._on_lost)
 
     def send(self, message: Message) -> None:

@@ -198,9 +198,10 @@ class WorkerPool:
         `silent_timeout_s` (a deadlock, a loop some work holds, a stopped process): its share of
         the ports' new connections, and of the liveness probes, would hang, and its process
         would not die by itself; `_watch` then starts its replacement."""
+        started_s = time.monotonic()  # it serves: silence counts from now, not from its start
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            silent_s = time.monotonic() - worker_link.answered_s
+            silent_s = time.monotonic() - max(worker_link.answered_s, started_s)
             if silent_s > self._options.silent_timeout_s and not self._stopping:
                 _log.error(
                     "front-end worker %d (pid %d) has not answered for %.0f s; killing it",
