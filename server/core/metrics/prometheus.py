@@ -261,11 +261,20 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+IDLE_TIMEOUT_S = 10.0  # how long the metrics endpoint waits for a connection's request
+
+
 class MetricsServer:
     """`GET /metrics` on its own thread; scrapes only read counters the event loop updates."""
 
-    def __init__(self, collector: Collector, host: str, port: int) -> None:
-        handler = type("MetricsHandler", (_Handler,), {"collector": collector})
+    def __init__(
+        self, collector: Collector, host: str, port: int, idle_timeout_s: float = IDLE_TIMEOUT_S
+    ) -> None:
+        # A connection that sends no whole request within `idle_timeout_s` is closed: each one
+        # holds a thread, and 200 idle connections held 200 threads for as long as they liked.
+        handler = type(
+            "MetricsHandler", (_Handler,), {"collector": collector, "timeout": idle_timeout_s}
+        )
         server = _Http6Server if ":" in host else ThreadingHTTPServer  # an IPv6 address
         self._httpd = server((host, port), handler)
         self._httpd.daemon_threads = True
