@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import threading
 from collections.abc import Callable
@@ -20,9 +21,11 @@ _T = TypeVar("_T")
 
 
 async def on_daemon_thread(function: Callable[..., _T], *args: object, name: str) -> _T:
-    """`function(*args)` on a new daemon thread called `name`, awaited; its outcome is dropped
-    when the caller has left, or the loop has closed, by the time it ends."""
+    """`function(*args)` on a new daemon thread called `name`, in the caller's context (as
+    `asyncio.to_thread` runs it), awaited; its outcome is dropped when the caller has left, or
+    the loop has closed, by the time it ends."""
     loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
     outcome: asyncio.Future[_T] = loop.create_future()
 
     def succeed(result: _T) -> None:
@@ -35,7 +38,7 @@ async def on_daemon_thread(function: Callable[..., _T], *args: object, name: str
 
     def run() -> None:
         try:
-            result = function(*args)
+            result = context.run(function, *args)
         except BaseException as exc:  # handed to the caller, whatever it is
             deliver: Callable[[], None] = functools.partial(fail, exc)
         else:
