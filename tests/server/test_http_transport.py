@@ -238,6 +238,29 @@ async def test_a_connection_past_its_age_is_closed_after_its_next_answer() -> No
     await server.stop()
 
 
+async def test_a_request_whose_bytes_stop_coming_is_dropped_and_a_slow_answer_is_not() -> None:
+    """Half a request and then nothing (slowloris): its connection is closed once no byte has
+    come for `stalled_read_s`; a request being answered, however long, is left alone, and so is
+    one whose bytes keep coming."""
+    server = HttpServer(_router(), LIMIT_BYTES, TOO_LARGE, stalled_read_s=0.3)
+    port = await server.start("127.0.0.1", 0)
+    stalled_reader, stalled = await asyncio.open_connection("127.0.0.1", port)
+    stalled.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12")
+    slow_reader, slow = await asyncio.open_connection("127.0.0.1", port)
+    slow.write(_request("POST", "/slow", b"1.0"))  # answered after 1 s
+    trickle_reader, trickle = await asyncio.open_connection("127.0.0.1", port)
+    trickle.write(b"POST /v2/models/t/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+    for byte in b"abcdef":  # a byte every 0.2 s: slow, never stalled
+        await asyncio.sleep(0.2)
+        trickle.write(bytes([byte]))
+    assert await asyncio.wait_for(stalled_reader.read(), 2.0) == b""
+    assert (await _read_response(slow_reader))[2] == b"slow"
+    assert json.loads((await _read_response(trickle_reader))[2])["body"] == "abcdef"
+    for writer in (stalled, slow, trickle):
+        writer.close()
+    await server.stop()
+
+
 async def test_a_client_that_leaves_mid_answer_harms_no_other() -> None:
     server, port = await _serve()
     _, leaving = await asyncio.open_connection("127.0.0.1", port)

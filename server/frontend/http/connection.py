@@ -76,6 +76,8 @@ class Connection(asyncio.Protocol):
         # or without an event sent yet. Other requests (a model's load) finish.
         self.cancellable: asyncio.Task[Any] | None = None
         self.idle_since_s: float | None = None  # None: a request is being read or answered
+        self._reading = False  # a request's first bytes have come and its last have not
+        self._read_s = 0.0  # when bytes last came (monotonic)
         self._last = False  # after an upgrade request: it is answered, then the connection closes
         self._close_at_s: float | None = None  # when the connection has lived its age
         # The message being read.
@@ -106,6 +108,7 @@ class Connection(asyncio.Protocol):
             self._writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        self._read_s = time.monotonic()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -135,6 +138,7 @@ class Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.idle_since_s = None
+        self._reading = True
         self._url = b""
         self._headers = []
         self._body = []
@@ -181,6 +185,7 @@ class Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._reading = False
         method = self._parser.get_method().decode("latin-1")
         keep_alive = self._parser.should_keep_alive()
         body = b"".join(self._body)
@@ -278,6 +283,13 @@ class Connection(asyncio.Protocol):
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def close_if_stalled(self, before_s: float) -> None:
+        """Close the connection if a request is being read, none is being answered, and its
+        last bytes came before `before_s` (monotonic)."""
+        stalled = self._reading and not self._busy and self._read_s < before_s
+        if stalled and self._transport is not None:
+            self._transport.close()
 
     def close_if_idle(self) -> None:
         if not self._busy and self._transport is not None and self.idle_since_s is not None:

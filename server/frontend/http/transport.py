@@ -29,6 +29,10 @@ _log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 75.0  # an idle keep-alive connection closes after this long, as aiohttp's
 _SWEEP_S = 5.0  # how often idle connections are looked for
+# A request whose next bytes take longer than this is dropped with its connection, as nginx's
+# client_header_timeout and client_body_timeout: a client that sends half a request and waits
+# (slowloris) holds its connection no longer.
+STALLED_READ_S = 60.0
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS}
 
 
@@ -45,8 +49,10 @@ class HttpServer:
         max_body_bytes: int,
         too_large_message: str,
         max_connection_age_s: float | None = None,
+        stalled_read_s: float = STALLED_READ_S,
     ) -> None:
         self._router = router
+        self._stalled_read_s = stalled_read_s
         # After this long, a connection's next answer closes it, so that the client's next
         # request opens one the kernel deals again among the processes on a shared port.
         self.max_connection_age_s = max_connection_age_s
@@ -144,12 +150,16 @@ class HttpServer:
             return json_response({"error": f"internal error: {exc}"}, 500)
 
     async def _sweep(self) -> None:
+        every_s = min(_SWEEP_S, self._stalled_read_s)
         while True:
-            await asyncio.sleep(_SWEEP_S)
-            idle_since_s = time.monotonic() - KEEPALIVE_S
+            await asyncio.sleep(every_s)
+            now_s = time.monotonic()
+            idle_since_s, stalled_since_s = now_s - KEEPALIVE_S, now_s - self._stalled_read_s
             for connection in list(self.connections):
                 if connection.idle_since_s is not None and connection.idle_since_s < idle_since_s:
                     connection.close_if_idle()
+                else:
+                    connection.close_if_stalled(stalled_since_s)
 
 
 def _inflated(body: bytes, encoding: str | None, limit: int) -> bytes:
