@@ -48,6 +48,7 @@ class Doubler:
         self.calls: list[Sequence[TensorMap]] = []
         self.device_outputs: list[bool] = []  # per execution, as the batcher asked
         self.tasks: list[asyncio.Task[object] | None] = []  # the task each execution ran in
+        self.hold: asyncio.Event | None = None  # set: each execution waits for it first
 
     async def execute(
         self,
@@ -61,6 +62,8 @@ class Doubler:
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
+            if self.hold is not None:
+                await self.hold.wait()
             await asyncio.sleep(self.delay_s)
             if float(requests[0]["x"].ravel()[0]) < 0:
                 raise RuntimeError("negative input")
@@ -630,9 +633,10 @@ async def test_a_batch_waiting_for_an_instance_loses_its_expired_requests() -> N
 
 
 async def test_fair_share_takes_a_light_client_in_before_a_heavy_clients_backlog() -> None:
-    # The first batch runs 100 ms: the backlog and the light request (queued within about 6 ms)
-    # are all in before it ends, even on a loaded machine (20 ms once left too little margin).
-    executor = Doubler(0.1)
+    # The first batch runs until the backlog and the light request are all queued: held, not
+    # timed (a 100 ms batch once ended first on a loaded machine, 20 ms more often).
+    executor = Doubler()
+    executor.hold = asyncio.Event()
     policy = replace(dynamic(""), max_batch_size=2, preferred_batch_sizes=(2,), fair_share=True)
     batcher = Batcher("m", [executor], policy)
     await batcher.start()
@@ -641,6 +645,8 @@ async def test_fair_share_takes_a_light_client_in_before_a_heavy_clients_backlog
     heavy = [asyncio.create_task(batcher.infer(_x(i), 1, share="heavy")) for i in range(1, 7)]
     await asyncio.sleep(0.001)
     light = asyncio.create_task(batcher.infer(_x(100), 1, share="light"))
+    await asyncio.sleep(0.01)  # every task has run into the queue
+    executor.hold.set()
     await asyncio.gather(busy, light, *heavy)
     batches = [[float(r["x"][0, 0]) for r in call] for call in executor.calls]
     # The light client, served least lately, leads the next batch; the backlog fills the rest.
