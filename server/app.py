@@ -258,7 +258,7 @@ class App:
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self.tracer is not None:
-            await asyncio.to_thread(self.tracer.shutdown)
+            await self.tracer.shutdown()
         _log.info("stopped")
 
     async def _load_initial_models(self) -> None:

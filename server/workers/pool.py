@@ -37,7 +37,7 @@ class WorkerOptions:
     settings: Mapping[str, Any]  # the front ends' settings, as plain values
     log_settings: Mapping[str, Any]  # Triton's log settings at start
     stop_timeout_s: float  # bound on a worker's drain at shutdown
-    silent_timeout_s: float = 10.0  # a worker whose loop has not answered for this long is killed
+    silent_timeout_s: float  # a worker whose loop has not answered for this long is killed
 
 
 class WorkerPool:

@@ -1,6 +1,8 @@
 """Triton's timestamps on a traced request's spans: the stages laid back from its end by the
 durations it recorded, the front end's receive stage, and the events each span carries."""
 
+import asyncio
+
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -50,7 +52,7 @@ def _recorded(request: TracedRequest) -> dict[str, ReadableSpan]:
     exporter = InMemorySpanExporter()
     tracer = RequestTracer(TraceSettings(level="TIMESTAMPS", rate=1), exporter)
     tracer.record(request, None)
-    tracer.shutdown()
+    asyncio.run(tracer.shutdown())
     return {span.name: span for span in exporter.get_finished_spans()}
 
 

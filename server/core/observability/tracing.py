@@ -10,8 +10,8 @@ waits out the exporter's own 10 s timeout) held a stopping server for 30 s befor
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from backends import on_daemon_thread
 from server.contract.requests import Received
 from server.contract.settings import TraceSettings
 
@@ -171,15 +172,13 @@ class RequestTracer:
         model.add_event("REQUEST_END", timestamp=request.end_ns)
         model.end(end_time=request.end_ns)
 
-    def shutdown(self, timeout_s: float = FLUSH_S) -> None:
+    async def shutdown(self, timeout_s: float = FLUSH_S) -> None:
         """Export what is queued and stop, within `timeout_s`; what is left then is dropped,
         with a warning (the export's thread is a daemon's: the process does not wait for it)."""
-        flush = threading.Thread(
-            target=self._provider.shutdown, name="convoy-trace-flush", daemon=True
-        )
-        flush.start()
-        flush.join(timeout_s)
-        if flush.is_alive():
+        flush = on_daemon_thread(self._provider.shutdown, name="convoy-trace-flush")
+        try:
+            await asyncio.wait_for(flush, timeout_s)
+        except TimeoutError:
             _log.warning(
                 "tracing: the spans still queued did not reach the collector (%s) within "
                 "%.0f s of the stop, and are dropped",
